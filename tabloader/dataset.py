@@ -1,0 +1,547 @@
+"""Dataset: files or frames, cut into partitions that fit in memory, with a schema.
+
+A Dataset is lazy: it knows its files (parquet or CSV, local or any fsspec URL), its row groups,
+and how to read one partition at a time. A fitted workflow's ``transform`` returns a new Dataset
+that applies the workflow to each partition as it is read, so nothing is materialized until
+``to_parquet``, ``to_iter``, ``compute`` or a loader asks for it.
+
+Example:
+    >>> import pandas as pd, tabloader as tl
+    >>> ds = tl.Dataset(pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5]}))
+    >>> ds.num_rows, ds.schema.column_names
+    (3, ['a', 'b'])
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tabloader import backend
+from tabloader.io import atomic_directory, filesystem, join
+from tabloader.schema import SCHEMA_FILE_NAME, Schema
+
+ENGINES = ("parquet", "csv")
+_EXTENSIONS = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv"}
+
+
+class SchemaMismatchError(ValueError):
+    """Files of one dataset disagree on their columns or dtypes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Some row groups of one parquet file (all of them when ``row_groups`` is None)."""
+
+    path: str
+    row_groups: tuple[int, ...] | None
+    num_rows: int
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionTransform:
+    """A function applied to every partition as it is read (a fitted workflow, for instance)."""
+
+    function: Callable[[Any], Any]
+    input_columns: tuple[str, ...] | None  # columns the function reads; None means all
+    preserves_rows: bool  # False when it can drop rows (filters), so row counts need a pass
+
+
+class Dataset:
+    """A tabular dataset read partition by partition.
+
+    Args:
+        source: a parquet or CSV path, directory, glob or list of them (local or fsspec URL),
+            a pandas or cuDF DataFrame, or a Dask DataFrame.
+        engine: ``"parquet"`` or ``"csv"``; inferred from file extensions when None.
+        part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count.
+        schema: a :class:`~tabloader.schema.Schema` (or the path of a schema JSON file) giving
+            tags and properties; by default read from ``_schema.json`` beside the data, else
+            inferred from the dtypes.
+        device: ``"cpu"`` (pandas), ``"cuda"`` (cuDF) or None for cuDF when it is usable.
+        **read_kwargs: passed to the CSV reader (``sep``, ``names``, ...).
+
+    Example:
+        >>> import pandas as pd, tabloader as tl
+        >>> ds = tl.Dataset(pd.DataFrame({"x": range(10)}), part_size=16)
+        >>> ds.npartitions, [len(p) for p in ds.to_iter()][:2]
+        (5, [2, 2])
+    """
+
+    def __init__(self, source: Any, engine: str | None = None, part_size: int | str = "128MB",
+                 schema: Schema | str | None = None, device: str | None = None, **read_kwargs: Any) -> None:
+        self.part_size = _parse_part_size(part_size)
+        self.device = _dataset_device(device)
+        self.engine = engine
+        self._transforms: tuple[PartitionTransform, ...] = ()
+        self._frame = None
+        self._ddf = None
+        self._partitions: list[list[Piece]] = []
+        self._row_slices: list[tuple[int, int]] = []
+        self._num_rows: int | None = None
+        self._fs = None
+        if engine is not None and engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+        if _is_dask_frame(source):
+            self._ddf = source
+        elif isinstance(source, pd.DataFrame) or backend.is_gpu_object(source):
+            self._init_frame(source)
+        else:
+            self._init_files(source, engine, read_kwargs)
+        self._base_schema = self._infer_schema(schema)
+        self._schema = self._base_schema
+
+    # --- construction -----------------------------------------------------------------------
+    def _init_frame(self, frame: Any) -> None:
+        if self.device == "cuda" and not backend.is_gpu_object(frame):
+            frame = backend.to_device(frame, "cuda")
+        self._frame = frame.reset_index(drop=True)
+        n = len(frame)
+        nbytes = int(frame.memory_usage(deep=True, index=False).sum()) if n else 0
+        parts = max(1, min(n, math.ceil(nbytes / self.part_size)))
+        bounds = np.linspace(0, n, parts + 1).astype(int)
+        self._row_slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        self._num_rows = n
+
+    def _init_files(self, source: Any, engine: str | None, read_kwargs: dict) -> None:
+        paths, self._fs, self.source_dir = _resolve_paths(source)
+        self.paths = paths
+        self.engine = engine or _infer_engine(paths)
+        if self.engine == "csv":
+            import dask.dataframe as dd
+
+            urls = [self._fs.unstrip_protocol(p) if "://" in str(source) else p for p in paths]
+            self._ddf = dd.read_csv(urls, blocksize=self.part_size, **read_kwargs)
+            return
+        metadata = _read_parquet_metadata(paths, self._fs)
+        _check_same_schema(paths, [m.schema.to_arrow_schema() for m in metadata])
+        self._arrow_schema = metadata[0].schema.to_arrow_schema()
+        pieces = [Piece(p, (i,), m.row_group(i).num_rows, m.row_group(i).total_byte_size)
+                  for p, m in zip(paths, metadata) for i in range(m.num_row_groups)]
+        self._partitions = _group_pieces(pieces, self.part_size)
+        self._num_rows = sum(p.num_rows for p in pieces)
+
+    def _infer_schema(self, schema: Schema | str | None) -> Schema:
+        if isinstance(schema, str):
+            schema = Schema.load(schema)
+        if self._frame is not None:
+            inferred = Schema.from_frame(self._frame)
+        elif self._partitions:
+            inferred = Schema.from_arrow(self._arrow_schema)
+        else:
+            inferred = Schema.from_frame(self._ddf)
+        if schema is None:
+            schema = self._schema_file_beside_data()
+        if schema is None:
+            return inferred
+        # The data decides which columns exist and their dtypes; the given schema adds roles.
+        return Schema(schema[c.name].with_dtype(c.dtype, c.is_list) if c.name in schema else c for c in inferred)
+
+    def _schema_file_beside_data(self) -> Schema | None:
+        directory = getattr(self, "source_dir", None)
+        if directory is None:
+            return None
+        path = join(directory, SCHEMA_FILE_NAME)
+        return Schema.load(path, fs=self._fs) if self._fs.exists(path) else None
+
+    # --- properties -------------------------------------------------------------------------
+    @property
+    def schema(self) -> Schema:
+        """Column names, dtypes, tags and properties of the rows this dataset yields."""
+        return self._schema
+
+    @property
+    def npartitions(self) -> int:
+        if self._partitions:
+            return len(self._partitions)
+        if self._frame is not None:
+            return len(self._row_slices)
+        return self._ddf.npartitions
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows (from parquet metadata when no transform can drop rows)."""
+        if self._num_rows is None or not all(t.preserves_rows for t in self._transforms):
+            counts = self._map_partitions_compute(len, "counting rows")
+            if all(t.preserves_rows for t in self._transforms):
+                self._num_rows = int(sum(counts))
+            return int(sum(counts))
+        return self._num_rows
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __repr__(self) -> str:
+        kind = f"{len(self.paths)} {self.engine} file(s)" if hasattr(self, "paths") else (
+            "a DataFrame" if self._frame is not None else "a Dask DataFrame")
+        return (f"Dataset({kind}, {self.npartitions} partition(s), device={self.device!r}, "
+                f"columns={self.schema.column_names}{', transformed' if self._transforms else ''})")
+
+    # --- reading ----------------------------------------------------------------------------
+    def partition_sizes(self) -> list[int] | None:
+        """Rows per partition when known without reading data (file or frame sources)."""
+        if self._transforms and not all(t.preserves_rows for t in self._transforms):
+            return None
+        if self._partitions:
+            return [sum(p.num_rows for p in part) for part in self._partitions]
+        if self._frame is not None:
+            return [b - a for a, b in self._row_slices]
+        return None
+
+    def read_partition(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        """Partition ``index`` as a DataFrame (pandas, or cuDF on the GPU), transforms applied."""
+        read_columns = self._transforms[0].input_columns if self._transforms else columns
+        frame = self._read_base_partition(index, read_columns)
+        for transform in self._transforms:
+            frame = transform.function(frame)
+        return frame[list(columns)] if columns is not None and self._transforms else frame
+
+    def read_partition_arrow(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        """Partition ``index`` as a pyarrow Table. Untransformed parquet is read without pandas."""
+        import pyarrow as pa
+
+        if self._partitions and not self._transforms:
+            tables = [self._read_piece(piece, columns) for piece in self._partitions[index]]
+            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        frame = backend.to_host(self.read_partition(index, columns))
+        return pa.Table.from_pandas(frame, preserve_index=False)
+
+    def _read_base_partition(self, index: int, columns: Sequence[str] | None) -> Any:
+        if self._partitions:
+            pieces = self._partitions[index]
+            if self.device == "cuda":
+                frames = [self._read_piece_frame(p, columns) for p in pieces]
+                return frames[0] if len(frames) == 1 else backend.concat(frames, ignore_index=True)
+            return backend.from_arrow(self.read_partition_arrow(index, columns))
+        if self._frame is not None:
+            start, stop = self._row_slices[index]
+            part = self._frame.iloc[start:stop]
+            return part[list(columns)] if columns is not None else part
+        part = self._ddf.get_partition(index)
+        part = part[list(columns)] if columns is not None else part
+        frame = part.compute(scheduler="sync")
+        return backend.to_device(frame, "cuda") if self.device == "cuda" and not backend.is_gpu_object(frame) else frame
+
+    def _read_piece(self, piece: Piece, columns: Sequence[str] | None) -> Any:
+        try:
+            return backend.read_parquet_arrow(piece.path, columns, piece.row_groups, filesystem=self._fs)
+        except Exception as exc:
+            raise type(exc)(f"{piece.path}: could not read row groups {piece.row_groups}: {exc}") from exc
+
+    def _read_piece_frame(self, piece: Piece, columns: Sequence[str] | None) -> Any:
+        try:
+            return backend.read_parquet(piece.path, columns, piece.row_groups, device=self.device)
+        except Exception as exc:
+            raise type(exc)(f"{piece.path}: could not read row groups {piece.row_groups}: {exc}") from exc
+
+    def to_iter(self, columns: Sequence[str] | None = None) -> Iterator[Any]:
+        """Yield one partition at a time (memory is bounded by the partition size)."""
+        for i in range(self.npartitions):
+            yield self.read_partition(i, columns)
+
+    def compute(self) -> Any:
+        """All rows as one DataFrame (only for data that fits in memory)."""
+        return backend.concat(list(self.to_iter()), ignore_index=True)
+
+    def head(self, n: int = 5) -> Any:
+        return self.read_partition(0).head(n)
+
+    def meta(self) -> Any:
+        """An empty DataFrame with the columns and dtypes this dataset yields."""
+        if self._partitions:
+            empty = backend.from_arrow(self._arrow_schema.empty_table(), self.device)
+        elif self._frame is not None:
+            empty = self._frame.iloc[:0]
+        else:
+            empty = self._ddf._meta
+        if self._transforms and self._transforms[0].input_columns is not None:
+            empty = empty[list(self._transforms[0].input_columns)]
+        for transform in self._transforms:
+            empty = transform.function(empty)
+        return empty
+
+    def to_ddf(self, columns: Sequence[str] | None = None) -> Any:
+        """A Dask DataFrame over the partitions (transforms applied lazily in each task)."""
+        import dask.dataframe as dd
+
+        if self._ddf is not None and not self._transforms:
+            return self._ddf[list(columns)] if columns is not None else self._ddf
+        meta = self.meta()
+        meta = meta[list(columns)] if columns is not None else meta
+        return dd.from_map(_PartitionReader(self, columns), range(self.npartitions), meta=meta,
+                           enforce_metadata=False, divisions=[None] * (self.npartitions + 1))
+
+    def to_delayed(self, columns: Sequence[str] | None = None) -> list[Any]:
+        """One Dask delayed object per partition."""
+        import dask
+
+        reader = _PartitionReader(self, columns)
+        return [dask.delayed(reader, pure=True, name=f"read-{id(self)}-{i}")(i) for i in range(self.npartitions)]
+
+    def _map_partitions_compute(self, function: Callable[[Any], Any], desc: str, progress: bool = False) -> list:
+        import dask
+
+        from tabloader.scheduler import compute_tasks
+
+        tasks = [dask.delayed(function)(part) for part in self.to_delayed()]
+        return compute_tasks(tasks, desc, progress=progress)
+
+    # --- transforms -------------------------------------------------------------------------
+    def with_transform(self, function: Callable[[Any], Any], schema: Schema,
+                       input_columns: Sequence[str] | None = None, preserves_rows: bool = True) -> "Dataset":
+        """A new Dataset that applies ``function`` to each partition as it is read.
+
+        ``schema`` is the schema of the transformed rows; ``input_columns`` the columns the
+        function reads (the reader loads only those).
+        """
+        new = object.__new__(Dataset)
+        new.__dict__.update(self.__dict__)
+        if self._transforms and input_columns is not None:
+            input_columns = None  # the first transform decides which columns are read
+        new._transforms = self._transforms + (PartitionTransform(
+            function, tuple(input_columns) if input_columns is not None else None, preserves_rows),)
+        new._schema = schema
+        return new
+
+    @property
+    def is_transformed(self) -> bool:
+        return bool(self._transforms)
+
+    # --- writing ----------------------------------------------------------------------------
+    def to_parquet(self, path: str, output_files: int | None = None, shuffle: bool = False,
+                   row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
+                   progress: bool = True, compression: str = "snappy") -> str:
+        """Write the rows as parquet files plus ``_schema.json``, atomically.
+
+        The directory is assembled under a temporary name and renamed when every file is
+        complete, so a failure never leaves a directory that looks complete.
+
+        Args:
+            path: output directory (local or fsspec URL).
+            output_files: number of files (default: one per partition, at most that many).
+            shuffle: shuffle rows within each partition and the order of partitions.
+            row_group_size: rows per parquet row group (default: pyarrow's).
+            overwrite: replace an existing directory (only after the new one is complete).
+            seed: seed of the shuffle.
+            progress: show a progress bar.
+
+        Example:
+            >>> import pandas as pd, tabloader as tl, tempfile, os
+            >>> out = os.path.join(tempfile.mkdtemp(), "out")
+            >>> _ = tl.Dataset(pd.DataFrame({"a": range(5)})).to_parquet(out, progress=False)
+            >>> tl.Dataset(out).num_rows
+            5
+        """
+        import dask
+
+        from tabloader.scheduler import compute_tasks
+
+        n_files = min(output_files or self.npartitions, self.npartitions)
+        if n_files < 1:
+            raise ValueError(f"output_files must be >= 1, got {output_files}")
+        order = np.arange(self.npartitions)
+        if shuffle:
+            order = np.random.default_rng(seed).permutation(order)
+        groups = [g.tolist() for g in np.array_split(order, n_files)]
+        arrow_schema = _arrow_schema_of(self.meta())
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            writer = _FileWriter(self, arrow_schema, row_group_size, compression, shuffle, seed)
+            tasks = [dask.delayed(writer, pure=False)(group, join(tmp, f"part_{i:05d}.parquet"))
+                     for i, group in enumerate(groups)]
+            compute_tasks(tasks, f"writing {path}", progress=progress)
+            self.schema.save(join(tmp, SCHEMA_FILE_NAME))
+        return path
+
+
+class _PartitionReader:
+    """A picklable callable reading one partition (for dask.from_map and delayed)."""
+
+    def __init__(self, dataset: Dataset, columns: Sequence[str] | None) -> None:
+        self.dataset, self.columns = dataset, columns
+
+    def __call__(self, index: int) -> Any:
+        return self.dataset.read_partition(index, self.columns)
+
+
+class _FileWriter:
+    """Streams a group of partitions into one parquet file (one partition in memory at a time)."""
+
+    def __init__(self, dataset: Dataset, arrow_schema: Any, row_group_size: int | None, compression: str,
+                 shuffle: bool, seed: int | None) -> None:
+        self.dataset, self.arrow_schema = dataset, arrow_schema
+        self.row_group_size, self.compression = row_group_size, compression
+        self.shuffle, self.seed = shuffle, seed
+
+    def __call__(self, partitions: list[int], path: str) -> int:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fs, fs_path = filesystem(path)
+        rows = 0
+        with fs.open(fs_path, "wb") as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
+            for index in partitions:
+                frame = backend.to_host(self.dataset.read_partition(index))
+                if self.shuffle:
+                    rng = np.random.default_rng(None if self.seed is None else [self.seed, index])
+                    frame = frame.take(rng.permutation(len(frame)))
+                table = pa.Table.from_pandas(frame, preserve_index=False)
+                w.write_table(_cast_to(table, self.arrow_schema, path), row_group_size=self.row_group_size)
+                rows += len(frame)
+        return rows
+
+
+def _cast_to(table: Any, schema: Any, path: str) -> Any:
+    table = table.select(schema.names)
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except Exception as exc:
+        raise TypeError(f"{path}: a partition does not match the output schema: {exc}") from exc
+
+
+def _arrow_schema_of(frame: Any) -> Any:
+    import pyarrow as pa
+
+    if backend.is_gpu_object(frame):
+        return frame.to_arrow().schema.remove_metadata()
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    # Columns of an empty frame with object dtype have no element type: call them strings.
+    fields = [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+    return pa.schema(fields)
+
+
+# --- helpers ------------------------------------------------------------------------------
+def _parse_part_size(part_size: int | str) -> int:
+    from dask.utils import parse_bytes
+
+    try:
+        size = int(part_size) if isinstance(part_size, (int, np.integer)) else parse_bytes(part_size)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"part_size={part_size!r} is not a size such as '128MB' or 1000000 ({exc})") from None
+    if size <= 0:
+        raise ValueError(f"part_size must be positive, got {part_size!r}")
+    return size
+
+
+def _dataset_device(device: str | None) -> str:
+    if device is None:
+        return "cuda" if backend.cudf_available() else "cpu"
+    resolved = backend.resolve_device(device)
+    if resolved == "cuda":
+        backend.cudf()  # datasets on the GPU are cuDF frames: fail early with the install hint
+    return resolved
+
+
+def _is_dask_frame(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] in ("dask", "dask_expr", "dask_cudf") and hasattr(obj, "npartitions")
+
+
+def _has_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def _is_data_file(path: str) -> bool:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return not name.startswith(("_", "."))
+
+
+def _resolve_paths(source: Any) -> tuple[list[str], Any, str | None]:
+    """Expand paths, directories and globs into a sorted file list; also the data directory."""
+    if isinstance(source, (str, os.PathLike)):
+        source = [source]
+    if not isinstance(source, (list, tuple)) or not source:
+        raise TypeError(f"Dataset source must be a path, a list of paths or a DataFrame, got {type(source).__name__}")
+    files: list[str] = []
+    fs = None
+    directory = None
+    for item in source:
+        item = str(item)
+        fs, path = filesystem(item)
+        if _has_glob(path):
+            matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p))
+            if not matched:
+                raise FileNotFoundError(f"no files match {item!r}")
+            files += matched
+            directory = directory or matched[0].rsplit("/", 1)[0]
+        elif fs.isdir(path):
+            found = sorted(p for p in fs.find(path) if _is_data_file(p) and not _in_hidden_dir(p, path))
+            if not found:
+                raise FileNotFoundError(f"directory {item!r} has no data files")
+            files += found
+            directory = directory or path
+        elif fs.exists(path):
+            files.append(path)
+            directory = directory or path.rsplit("/", 1)[0]
+        else:
+            raise FileNotFoundError(f"no such file or directory: {item!r}")
+    return files, fs, directory
+
+
+def _in_hidden_dir(path: str, root: str) -> bool:
+    rel = path[len(root.rstrip("/")) + 1:]
+    return any(part.startswith((".", "_")) for part in rel.split("/")[:-1])
+
+
+def _infer_engine(paths: Sequence[str]) -> str:
+    engines = {_EXTENSIONS.get(os.path.splitext(p.removesuffix(".gz"))[1].lower()) for p in paths}
+    engines.discard(None)
+    if len(engines) > 1:
+        raise ValueError(f"the files mix parquet and CSV ({paths[0]} ...); pass engine= and one kind of file")
+    return engines.pop() if engines else "parquet"
+
+
+def _read_one_metadata(path: str, fs: Any) -> Any:
+    import pyarrow.parquet as pq
+
+    try:
+        with fs.open(path, "rb") as f:
+            return pq.ParquetFile(f).metadata
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
+
+
+def _read_parquet_metadata(paths: Sequence[str], fs: Any) -> list:
+    if len(paths) == 1:
+        return [_read_one_metadata(paths[0], fs)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return list(pool.map(lambda p: _read_one_metadata(p, fs), paths))
+
+
+def _check_same_schema(paths: Sequence[str], schemas: Sequence[Any]) -> None:
+    """Every file must have the columns and types of the first; the error names both files."""
+    reference = {f.name: f.type for f in schemas[0]}
+    for path, schema in zip(paths[1:], schemas[1:]):
+        fields = {f.name: f.type for f in schema}
+        missing = [c for c in reference if c not in fields]
+        extra = [c for c in fields if c not in reference]
+        changed = [f"{c} ({reference[c]} vs {fields[c]})" for c in reference if c in fields and reference[c] != fields[c]]
+        if missing or extra or changed:
+            details = "; ".join(filter(None, [
+                f"missing columns {missing}" if missing else "",
+                f"extra columns {extra}" if extra else "",
+                f"different types: {', '.join(changed)}" if changed else ""]))
+            raise SchemaMismatchError(f"{path} does not match {paths[0]}: {details}")
+
+
+def _group_pieces(pieces: Sequence[Piece], part_size: int) -> list[list[Piece]]:
+    """Consecutive row groups, across files, up to ``part_size`` bytes per partition."""
+    partitions: list[list[Piece]] = []
+    current: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if current and size + piece.nbytes > part_size:
+            partitions.append(current)
+            current, size = [], 0
+        current.append(piece)
+        size += piece.nbytes
+    if current:
+        partitions.append(current)
+    return partitions or [[]]
