@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from typing import Any, Sequence
 
 import numpy as np
@@ -147,7 +148,17 @@ def frame_arrow_schema(frame: Any) -> Any:
     meta = getattr(frame, "_meta", frame)  # Dask frames: the empty meta frame
     if is_gpu_object(meta):
         return meta.head(0).to_arrow().schema
-    return pa.Schema.from_pandas(meta.head(0), preserve_index=False)
+    schema = pa.Schema.from_pandas(meta.head(0), preserve_index=False)
+    if meta is frame and len(frame):
+        # Object columns (Python lists, for instance) have no type without values: infer it from
+        # the values of an in-memory frame (a Dask frame's meta has none to look at).
+        for i, field in enumerate(schema):
+            if pa.types.is_null(field.type):
+                try:
+                    schema = schema.set(i, field.with_type(pa.array(frame.iloc[:, i], from_pandas=True).type))
+                except (pa.ArrowException, TypeError, ValueError):
+                    pass
+    return schema
 
 
 def from_arrow(table: Any, device: str = "cpu") -> Any:
@@ -198,14 +209,11 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
 # --- arrays and DLPack -------------------------------------------------------------------
 def to_dlpack(array: Any) -> Any:
     """A DLPack capsule for a numpy or CuPy array (unversioned, as TensorFlow requires)."""
+    # No max_version: asking for (1, 0) would give a versioned capsule, which TensorFlow rejects.
     try:
-        return array.__dlpack__(max_version=(1, 0)) if _accepts_max_version(array) else array.__dlpack__()
-    except BufferError:  # read-only numpy arrays (views of arrow memory) cannot be exported
-        return np.ascontiguousarray(array).copy().__dlpack__()
-
-
-def _accepts_max_version(array: Any) -> bool:
-    return isinstance(array, np.ndarray)
+        return array.__dlpack__()
+    except BufferError:  # read-only numpy arrays (views of arrow memory) cannot be exported unversioned
+        return array_lib(array).array(array, copy=True, order="C").__dlpack__()
 
 
 def asarray(values: Any, device: str) -> Any:
@@ -224,3 +232,241 @@ def hash_int64(values: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> xp.uint64(30))) * xp.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> xp.uint64(27))) * xp.uint64(0x94D049BB133111EB)
         return z ^ (z >> xp.uint64(31))
+
+
+# --- GPU buffers for the loader (CuPy, imported lazily) ------------------------------------
+def pinned_empty(shape: Any, dtype: Any) -> np.ndarray:
+    """An uninitialized numpy array in page-locked (pinned) host memory, for fast, async
+    host -> GPU copies. Needs CuPy and a CUDA device."""
+    cp = cupy()
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape)) if np.ndim(shape) else int(shape)
+    memory = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.frombuffer(memory, dtype=dtype, count=count).reshape(shape)
+
+
+def device_empty(shape: Any, dtype: Any) -> Any:
+    """An uninitialized CuPy array on the current CUDA device."""
+    return cupy().empty(shape, dtype=dtype)
+
+
+def copy_to_device(host: dict, device_buffers: dict) -> dict:
+    """Copy each host array of ``host`` into the leading rows of the same-key CuPy buffer of
+    ``device_buffers`` (on a side stream, waited for), and return the filled device views."""
+    cp = cupy()
+    stream = cp.cuda.Stream(non_blocking=True)
+    out = {}
+    with stream:
+        for key, array in host.items():
+            view = device_buffers[key][: len(array)]
+            view.set(np.ascontiguousarray(array), stream=stream)
+            out[key] = view
+    stream.synchronize()
+    return out
+
+
+def device_permutation(n: int, key: Sequence[int], shuffle: bool = True) -> Any:
+    """A permutation of ``range(n)`` drawn on the GPU from a seed derived from ``key``
+    (the identity when ``shuffle`` is False)."""
+    cp = cupy()
+    if not shuffle:
+        return cp.arange(n, dtype=cp.int64)
+    seed = int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint32)[0])
+    return cp.random.RandomState(seed).permutation(n).astype(cp.int64, copy=False)
+
+
+# --- hashing of strings and hash combination (added for the categorical operators) ------
+FNV64_OFFSET = 0xCBF29CE484222325
+FNV64_PRIME = 0x100000001B3
+
+
+def hash_strings(values: Any) -> np.ndarray:
+    """Hash strings to uint64: ``splitmix64(FNV-1a-64(UTF-8 bytes))``, the same on CPU and GPU.
+
+    ``values`` is anything pyarrow can turn into a string array (a list, a pandas/cuDF string
+    Series, a pyarrow array) without nulls. FNV-1a runs vectorized over byte positions in numpy,
+    so call it on unique values only; the splitmix64 finalizer (:func:`hash_int64`) spreads
+    FNV's weak low bits. GPU values are hashed on the host and copied back.
+
+    Example:
+        >>> fnv_a = np.array([0xAF63DC4C8601EC8C], dtype=np.uint64)  # FNV-1a-64 of b"a"
+        >>> bool(hash_strings(["a"])[0] == hash_int64(fnv_a)[0])
+        True
+    """
+    import pyarrow as pa
+
+    gpu = is_gpu_object(values)
+    if gpu:
+        values = values.to_arrow()
+    elif isinstance(values, (pd.Series, pd.Index)):
+        values = pa.array(values.array if isinstance(values, pd.Series) else values.to_numpy(), from_pandas=True)
+    arr = pa.array(values) if not isinstance(values, (pa.Array, pa.ChunkedArray)) else values
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], pa.string())
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        arr = arr.cast(pa.string())
+    if arr.null_count:
+        raise ValueError("hash_strings got nulls; hash only the non-null values")
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    data = arr.buffers()[2]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    h = np.full(n, FNV64_OFFSET, dtype=np.uint64)
+    prime = np.uint64(FNV64_PRIME)
+    with np.errstate(over="ignore"):
+        active = np.arange(n)
+        for j in range(int(lengths.max()) if n else 0):
+            active = active[lengths[active] > j]
+            h[active] = (h[active] ^ data[starts[active] + j].astype(np.uint64)) * prime
+    out = hash_int64(h.view(np.int64))
+    return cupy().asarray(out) if gpu else out
+
+
+def hash_combine(seed: Any, value: Any) -> Any:
+    """Mix the uint64 hash ``value`` into ``seed``: ``splitmix64(seed * 31 + value)`` (mod 2**64).
+
+    Pure integer arithmetic, so numpy and CuPy give the same bits. Used for crosses of columns.
+
+    Example:
+        >>> a = np.array([1, 2], dtype=np.uint64)
+        >>> bool((hash_combine(a, a) == hash_int64(a * np.uint64(32))).all())
+        True
+    """
+    xp = array_lib(seed)
+    with np.errstate(over="ignore"):
+        mixed = seed.astype(xp.uint64) * xp.uint64(31) + value.astype(xp.uint64)
+    return hash_int64(mixed)
+
+
+# --- list columns (added for the categorical operators) ----------------------------------
+def list_flatten(series: Any) -> tuple[Any, Any]:
+    """The element values of a list column, and a function rebuilding a list column from new ones.
+
+    ``values`` is a pandas Series of the elements (nulls kept) with a fresh RangeIndex;
+    ``rebuild(new_values)`` takes an array of the same length and returns a list Series with
+    the original offsets, null lists and index. cuDF list columns go through arrow.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> s = pd.Series([[1, 2], None, [3]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))
+        >>> values, rebuild = list_flatten(s)
+        >>> values.tolist(), rebuild(values.to_numpy() * 10).tolist()
+        ([1, 2, 3], [[10, 20], <NA>, [30]])
+    """
+    import pyarrow as pa
+
+    gpu = is_gpu_object(series)
+    index = series.index
+    chunked = series.to_arrow() if gpu else pa.chunked_array(series.array.__arrow_array__()
+                                                             if hasattr(series.array, "__arrow_array__")
+                                                             else pa.array(series))
+    arr = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
+    if isinstance(arr, pa.ChunkedArray):  # no chunks
+        arr = pa.array([], type=chunked.type)
+    offsets = np.asarray(arr.offsets)
+    offsets = offsets - offsets[0]
+    validity = arr.is_valid() if arr.null_count else None
+    flat = arr.flatten()
+    values = flat.to_pandas(types_mapper=_nullable_type_for_arrow if flat.null_count else _pandas_type_for_arrow)
+    def rebuild(new_values: Any) -> Any:
+        new = pa.array(np.asarray(new_values))
+        mask = pa.compute.invert(validity) if validity is not None else None
+        out = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32() if len(new) < 2**31 else pa.int64()),
+                                       new, mask=mask)
+        if gpu:
+            gpu_series = cudf().Series.from_arrow(out)
+            gpu_series.index = index
+            return gpu_series
+        return pd.Series(out, index=index, dtype=pd.ArrowDtype(out.type), name=series.name)
+
+    return values, rebuild
+
+
+def is_list_dtype(dtype: Any) -> bool:
+    """True for list columns (pandas ``ArrowDtype(list)`` or cuDF ``ListDtype``)."""
+    import pyarrow as pa
+
+    if isinstance(dtype, pd.ArrowDtype):
+        return pa.types.is_list(dtype.pyarrow_dtype) or pa.types.is_large_list(dtype.pyarrow_dtype)
+    return type(dtype).__name__ == "ListDtype"
+
+
+def _nullable_type_for_arrow(arrow_type: Any) -> Any:
+    """pandas nullable dtypes for arrow integers and booleans (so nulls do not turn them into floats)."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
+        return {
+            "int8": pd.Int8Dtype(), "int16": pd.Int16Dtype(), "int32": pd.Int32Dtype(), "int64": pd.Int64Dtype(),
+            "uint8": pd.UInt8Dtype(), "uint16": pd.UInt16Dtype(), "uint32": pd.UInt32Dtype(),
+            "uint64": pd.UInt64Dtype(), "bool": pd.BooleanDtype()}[str(arrow_type)]
+    return _pandas_type_for_arrow(arrow_type)
+
+
+# --- column helpers for operators (pandas | cuDF) ------------------------------------------
+def is_plain_numeric(series: Any) -> bool:
+    """True when ``series`` is a numeric, non-boolean column whose values need no null mask.
+
+    pandas: a numpy-backed int/uint/float column (floats carry nulls as NaN). cuDF: a numeric
+    column without nulls. Such columns can be handed to numpy/CuPy ufuncs as plain arrays.
+    """
+    dtype = series.dtype
+    if is_gpu_object(series):
+        return getattr(dtype, "kind", "") in "iuf" and not series.has_nulls
+    return isinstance(dtype, np.dtype) and dtype.kind in "iuf"
+
+
+def column_values(series: Any, dtype: Any = None) -> Any:
+    """The values of a pandas/cuDF Series as a numpy/CuPy array, without a copy where possible.
+
+    With ``dtype`` (a float dtype) the values are cast and nulls become NaN; without it the
+    column must be :func:`is_plain_numeric` (or any numpy-backed column on the CPU).
+
+    Example:
+        >>> import pandas as pd
+        >>> column_values(pd.Series([1, None], dtype="Int64"), "float64").tolist()
+        [1.0, nan]
+    """
+    if is_gpu_object(series):
+        if dtype is None:
+            return series.to_cupy()
+        return series.astype(dtype).to_cupy(na_value=np.nan)
+    if isinstance(series.dtype, np.dtype):
+        values = series.to_numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
+    if dtype is None:
+        return series.to_numpy()
+    return series.to_numpy(dtype=dtype, na_value=np.nan)
+
+
+def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:
+    """A DataFrame (pandas, or cuDF when ``like`` is a cuDF frame) from name -> array/Series, uncopied."""
+    if like is not None and is_gpu_object(like):
+        return cudf().DataFrame(columns, index=index)
+    return pd.DataFrame(columns, index=index, copy=False)
+
+
+def list_column_to_arrow(series: Any) -> Any:
+    """A list column (pandas ArrowDtype / object lists, or cuDF lists) as one pyarrow array."""
+    import pyarrow as pa
+
+    if is_gpu_object(series):
+        arr = series.to_arrow()
+    elif isinstance(series.dtype, pd.ArrowDtype):
+        arr = pa.array(series.array)
+    else:
+        arr = pa.array(series.tolist())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    return arr
+
+
+def list_column_from_arrow(array: Any, index: Any, name: Any, like: Any = None) -> Any:
+    """A pandas (ArrowDtype) or cuDF list Series from a pyarrow list array."""
+    if like is not None and is_gpu_object(like):
+        out = cudf().Series.from_arrow(array)
+        out.index, out.name = index, name
+        return out
+    return pd.Series(pd.arrays.ArrowExtensionArray(array), index=index, name=name, copy=False)

@@ -25,7 +25,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tabloader", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tabloader", description=(__doc__ or "The tabloader command line.").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="generate synthetic Criteo-like data and run the pipeline on it")

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import os
@@ -115,15 +116,19 @@ class Dataset:
         self.paths = paths
         self.engine = engine or _infer_engine(paths)
         if self.engine == "csv":
+            import dask
             import dask.dataframe as dd
 
             urls = [self._fs.unstrip_protocol(p) if "://" in str(source) else p for p in paths]
-            self._ddf = dd.read_csv(urls, blocksize=self.part_size, **read_kwargs)
+            # Keep pandas' own string dtype (as parquet sources have), not Dask's string[pyarrow].
+            with dask.config.set({"dataframe.convert-string": False}):
+                self._ddf = dd.read_csv(urls, blocksize=self.part_size, **read_kwargs)
             return
         metadata = _read_parquet_metadata(paths, self._fs)
         _check_same_schema(paths, [m.schema.to_arrow_schema() for m in metadata])
         self._arrow_schema = metadata[0].schema.to_arrow_schema()
-        pieces = [Piece(p, (i,), m.row_group(i).num_rows, m.row_group(i).total_byte_size)
+        widths = _fixed_widths(self._arrow_schema)
+        pieces = [Piece(p, (i,), m.row_group(i).num_rows, _in_memory_bytes(m.row_group(i), widths))
                   for p, m in zip(paths, metadata) for i in range(m.num_row_groups)]
         self._partitions = _group_pieces(pieces, self.part_size)
         self._num_rows = sum(p.num_rows for p in pieces)
@@ -208,10 +213,19 @@ class Dataset:
         import pyarrow as pa
 
         if self._partitions and not self._transforms:
-            tables = [self._read_piece(piece, columns) for piece in self._partitions[index]]
-            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            return self._read_base_arrow(index, columns)
         frame = backend.to_host(self.read_partition(index, columns))
         return pa.Table.from_pandas(frame, preserve_index=False)
+
+    def _read_base_arrow(self, index: int, columns: Sequence[str] | None) -> Any:
+        """The untransformed rows of file partition ``index`` as a pyarrow Table."""
+        import pyarrow as pa
+
+        tables = [self._read_piece(piece, columns) for piece in _merge_pieces(self._partitions[index])]
+        if not tables:  # a dataset without row groups
+            empty = self._arrow_schema.empty_table()
+            return empty.select(list(columns)) if columns is not None else empty
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def _read_base_partition(self, index: int, columns: Sequence[str] | None) -> Any:
         if self._partitions:
@@ -219,7 +233,7 @@ class Dataset:
             if self.device == "cuda":
                 frames = [self._read_piece_frame(p, columns) for p in pieces]
                 return frames[0] if len(frames) == 1 else backend.concat(frames, ignore_index=True)
-            return backend.from_arrow(self.read_partition_arrow(index, columns))
+            return backend.from_arrow(self._read_base_arrow(index, columns))
         if self._frame is not None:
             start, stop = self._row_slices[index]
             part = self._frame.iloc[start:stop]
@@ -231,7 +245,9 @@ class Dataset:
 
     def _read_piece(self, piece: Piece, columns: Sequence[str] | None) -> Any:
         try:
-            return backend.read_parquet_arrow(piece.path, columns, piece.row_groups, filesystem=self._fs)
+            # Local files are read by pyarrow's native reader (no Python file object, no GIL).
+            fs = None if _is_local(self._fs) else self._fs
+            return backend.read_parquet_arrow(piece.path, columns, piece.row_groups, filesystem=fs)
         except Exception as exc:
             raise type(exc)(f"{piece.path}: could not read row groups {piece.row_groups}: {exc}") from exc
 
@@ -273,10 +289,14 @@ class Dataset:
 
         if self._ddf is not None and not self._transforms:
             return self._ddf[list(columns)] if columns is not None else self._ddf
+        import dask
+
         meta = self.meta()
         meta = meta[list(columns)] if columns is not None else meta
-        return dd.from_map(_PartitionReader(self, columns), range(self.npartitions), meta=meta,
-                           enforce_metadata=False, divisions=[None] * (self.npartitions + 1))
+        # The partitions keep the dtypes read_partition gives them (no string[pyarrow] conversion).
+        with dask.config.set({"dataframe.convert-string": False}):
+            return dd.from_map(_PartitionReader(self, columns), range(self.npartitions), meta=meta,
+                               enforce_metadata=False, divisions=[None] * (self.npartitions + 1))
 
     def to_delayed(self, columns: Sequence[str] | None = None) -> list[Any]:
         """One Dask delayed object per partition."""
@@ -343,14 +363,14 @@ class Dataset:
 
         from tabloader.scheduler import compute_tasks
 
-        n_files = min(output_files or self.npartitions, self.npartitions)
+        n_files = min(self.npartitions if output_files is None else output_files, self.npartitions)
         if n_files < 1:
             raise ValueError(f"output_files must be >= 1, got {output_files}")
         order = np.arange(self.npartitions)
         if shuffle:
             order = np.random.default_rng(seed).permutation(order)
         groups = [g.tolist() for g in np.array_split(order, n_files)]
-        arrow_schema = _arrow_schema_of(self.meta())
+        arrow_schema = _arrow_schema_of(self.meta(), self.schema)
         with atomic_directory(path, overwrite=overwrite) as tmp:
             writer = _FileWriter(self, arrow_schema, row_group_size, compression, shuffle, seed)
             tasks = [dask.delayed(writer, pure=False)(group, join(tmp, f"part_{i:05d}.parquet"))
@@ -385,7 +405,9 @@ class _FileWriter:
 
         fs, fs_path = filesystem(path)
         rows = 0
-        with fs.open(fs_path, "wb") as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
+        # Local files are written by pyarrow's native writer (no Python file object, no GIL).
+        sink = contextlib.nullcontext(fs_path) if _is_local(fs) else fs.open(fs_path, "wb")
+        with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
             for index in partitions:
                 frame = backend.to_host(self.dataset.read_partition(index))
                 if self.shuffle:
@@ -407,15 +429,50 @@ def _cast_to(table: Any, schema: Any, path: str) -> Any:
         raise TypeError(f"{path}: a partition does not match the output schema: {exc}") from exc
 
 
-def _arrow_schema_of(frame: Any) -> Any:
+def _arrow_schema_of(frame: Any, schema: Schema) -> Any:
     import pyarrow as pa
 
     if backend.is_gpu_object(frame):
         return frame.to_arrow().schema.remove_metadata()
-    schema = pa.Schema.from_pandas(frame, preserve_index=False)
-    # Columns of an empty frame with object dtype have no element type: call them strings.
-    fields = [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in schema]
-    return pa.schema(fields)
+    arrow_schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    # Columns of an empty frame with object dtype (Python lists, strings) have no element type:
+    # take it from the dataset's schema, else call them strings.
+    fields = [pa.field(f.name, _arrow_type_for(schema[f.name] if f.name in schema else None))
+              if pa.types.is_null(f.type) else f for f in arrow_schema]
+    return pa.schema(fields, metadata=_portable_pandas_metadata(arrow_schema))
+
+
+def _portable_pandas_metadata(arrow_schema: Any) -> dict | None:
+    """pandas' metadata (it restores ``Int64``, ``boolean``... on read) that pandas can read back.
+
+    pandas records an arrow-backed list column as ``list<item: int64>[pyarrow]``, which its own
+    ``read_parquet`` then fails to parse; such columns are recorded as ``object`` instead (the
+    arrow type in the file says the rest).
+    """
+    import json
+
+    import pyarrow as pa
+
+    meta = arrow_schema.pandas_metadata
+    if meta is None:
+        return None
+    nested = {f.name for f in arrow_schema if pa.types.is_nested(f.type) or pa.types.is_null(f.type)}
+    for col in meta.get("columns", []):
+        if col.get("field_name", col.get("name")) in nested:
+            col["pandas_type"], col["numpy_type"], col["metadata"] = "object", "object", None
+    return {b"pandas": json.dumps(meta).encode()}
+
+
+def _arrow_type_for(column: Any) -> Any:
+    import pyarrow as pa
+
+    value_type = pa.string()
+    if column is not None and column.dtype not in (None, "string", "object", "str"):
+        try:
+            value_type = pa.from_numpy_dtype(np.dtype(column.dtype))
+        except (TypeError, ValueError, NotImplementedError, pa.ArrowException):
+            pass
+    return pa.list_(value_type) if column is not None and column.is_list else value_type
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -423,8 +480,12 @@ def _parse_part_size(part_size: int | str) -> int:
     from dask.utils import parse_bytes
 
     try:
-        size = int(part_size) if isinstance(part_size, (int, np.integer)) else parse_bytes(part_size)
-    except (ValueError, TypeError) as exc:
+        if isinstance(part_size, bool) or not isinstance(part_size, (str, int, float, np.integer, np.floating)):
+            raise TypeError(f"expected a string or a number, got {type(part_size).__name__}")
+        if isinstance(part_size, str) and not any(ch.isdigit() for ch in part_size):
+            raise ValueError("no number in it")  # dask reads '' and 'MB' as one unit
+        size = int(part_size) if not isinstance(part_size, str) else parse_bytes(part_size)
+    except (ValueError, TypeError, OverflowError) as exc:
         raise ValueError(f"part_size={part_size!r} is not a size such as '128MB' or 1000000 ({exc})") from None
     if size <= 0:
         raise ValueError(f"part_size must be positive, got {part_size!r}")
@@ -508,6 +569,40 @@ def _read_one_metadata(path: str, fs: Any) -> Any:
         raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
 
 
+def _fixed_widths(arrow_schema: Any) -> dict[str, int]:
+    """Bytes per row in memory of each fixed-width top-level column (integers and booleans
+    count one more byte: pandas' nullable dtypes carry a byte mask)."""
+    import pyarrow as pa
+
+    widths = {}
+    for field in arrow_schema:
+        try:
+            width = field.type.bit_width // 8
+        except ValueError:  # variable width (strings, lists): measured from the file instead
+            continue
+        if width <= 0:
+            continue
+        widths[field.name] = width + (1 if pa.types.is_integer(field.type) or pa.types.is_boolean(field.type) else 0)
+    return widths
+
+
+def _in_memory_bytes(row_group: Any, widths: dict[str, int]) -> int:
+    """An estimate of the in-memory size of a decoded row group.
+
+    The parquet ``total_byte_size`` is the encoded size, which dictionary and run-length
+    encoding make several times smaller than the decoded columns (4-5x for Criteo-like data),
+    so partitions grouped by it would be several times ``part_size`` in memory. Fixed-width
+    columns count ``rows * width``; the others their uncompressed encoded size.
+    """
+    n = row_group.num_rows
+    total = 0
+    for j in range(row_group.num_columns):
+        chunk = row_group.column(j)
+        top = chunk.path_in_schema.split(".", 1)[0]
+        total += n * widths[top] if top in widths and "." not in chunk.path_in_schema else chunk.total_uncompressed_size
+    return max(total, row_group.total_byte_size)
+
+
 def _read_parquet_metadata(paths: Sequence[str], fs: Any) -> list:
     if len(paths) == 1:
         return [_read_one_metadata(paths[0], fs)]
@@ -529,6 +624,25 @@ def _check_same_schema(paths: Sequence[str], schemas: Sequence[Any]) -> None:
                 f"extra columns {extra}" if extra else "",
                 f"different types: {', '.join(changed)}" if changed else ""]))
             raise SchemaMismatchError(f"{path} does not match {paths[0]}: {details}")
+
+
+def _is_local(fs: Any) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
+def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
+    """Consecutive row groups of one file as one piece (one open and footer parse per file)."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        last = merged[-1] if merged else None
+        if last is not None and last.path == piece.path and last.row_groups is not None and piece.row_groups is not None:
+            merged[-1] = Piece(last.path, last.row_groups + piece.row_groups, last.num_rows + piece.num_rows,
+                               last.nbytes + piece.nbytes)
+        else:
+            merged.append(piece)
+    return merged
 
 
 def _group_pieces(pieces: Sequence[Piece], part_size: int) -> list[list[Piece]]:

@@ -69,12 +69,26 @@ def atomic_directory(path: str, overwrite: bool = False) -> Iterator[str]:
     try:
         yield tmp if "://" not in str(path) else fs.unstrip_protocol(tmp)
     except BaseException:
-        fs.rm(tmp, recursive=True)
+        _remove_quietly(fs, tmp)  # a failing clean-up must not hide the error that caused it
         raise
     old = None
-    if fs.exists(target):
-        old = temporary_sibling(target)
-        fs.mv(target, old, recursive=True)
-    fs.mv(tmp, target, recursive=True)
+    try:
+        if fs.exists(target):
+            old = temporary_sibling(target)
+            fs.mv(target, old, recursive=True)
+        fs.mv(tmp, target, recursive=True)
+    except BaseException:
+        if old is not None and not fs.exists(target):
+            fs.mv(old, target, recursive=True)  # put the old directory back
+        _remove_quietly(fs, tmp)
+        raise
     if old is not None:
         fs.rm(old, recursive=True)
+
+
+def _remove_quietly(fs: Any, path: str) -> None:
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except Exception:
+        pass

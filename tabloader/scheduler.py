@@ -8,15 +8,21 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
+
+import concurrent.futures
 
 import dask
 from dask.callbacks import Callback
+from dask.system import CPU_COUNT
 from tqdm.auto import tqdm
 
 
 def active_client() -> Any:
     """The current ``dask.distributed`` client, or None when there is none."""
+    if "distributed" not in sys.modules:
+        return None  # no client can exist; importing distributed just to ask costs ~1 s
     try:
         from distributed import get_client
     except ImportError:
@@ -59,5 +65,13 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> lis
             for _ in as_completed(futures):
                 bar.update(1)
         return client.gather(futures)
-    with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar):
-        return list(dask.compute(*tasks, scheduler="threads"))
+    # Our own pool, shut down with wait=True: when a task fails, Dask raises at once while other
+    # tasks still run; waiting for them means a caller cleaning up (atomic_directory removing
+    # its temporary directory) never races a writer still at work.
+    num_workers = dask.config.get("num_workers", None) or CPU_COUNT
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader")
+    try:
+        with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar):
+            return list(dask.compute(*tasks, scheduler="threads", pool=pool, num_workers=num_workers))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

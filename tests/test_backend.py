@@ -1,0 +1,312 @@
+"""The CPU/GPU seam: device resolution, library choice, lazy imports, parquet reading, DLPack, hashing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tabloader import backend
+from tabloader.backend import BackendUnavailableError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+needs_no_gpu = pytest.mark.skipif("backend.cuda_available()", reason="checks behaviour on a machine without CUDA")
+
+
+# --- devices ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["cpu", "CPU", "cpu:0"])
+def test_resolve_cpu(name):
+    assert backend.resolve_device(name) == "cpu"
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("name", ["auto", None, "AUTO"])
+def test_resolve_auto_without_gpu(name):
+    assert backend.resolve_device(name) == "cpu"
+    assert backend.resolve_device() == "cpu"
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "CUDA:1"])
+def test_resolve_cuda_without_gpu(name):
+    with pytest.raises(BackendUnavailableError) as info:
+        backend.resolve_device(name)
+    message = str(info.value)
+    assert name in message and "no CUDA device" in message
+    assert isinstance(info.value, ImportError)  # callers may catch it as an ImportError
+
+
+@pytest.mark.parametrize("name", ["gpu", "tpu", "", "cuda0", "mps"])
+def test_resolve_unknown_device(name):
+    with pytest.raises(ValueError, match="unknown device") as info:
+        backend.resolve_device(name)
+    assert "cpu" in str(info.value) and "cuda" in str(info.value)
+
+
+def test_cuda_available_is_a_bool():
+    assert backend.cuda_available() in (True, False)
+
+
+def test_missing_gpu_module_gives_install_hint(monkeypatch):
+    import importlib
+
+    real_import = importlib.import_module
+
+    def fake_import(name, *args, **kwargs):
+        if name in ("cudf", "cupy", "dask_cudf"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    for getter, name in [(backend.cudf, "cudf"), (backend.cupy, "cupy"), (backend.dask_cudf, "dask_cudf")]:
+        with pytest.raises(BackendUnavailableError) as info:
+            getter()
+        assert name in str(info.value) and "pip install" in str(info.value)
+
+
+# --- libraries --------------------------------------------------------------------------------
+def test_dataframe_and_array_libraries_on_cpu():
+    assert backend.dataframe_lib("cpu") is pd
+    assert backend.array_lib("cpu") is np
+    assert backend.array_lib(np.arange(3)) is np
+    assert backend.array_lib(pd.Series([1, 2]).to_numpy()) is np
+    assert backend.is_gpu_object(np.arange(3)) is False
+    assert backend.is_gpu_object(pd.DataFrame({"a": [1]})) is False
+    assert backend.frame_device(pd.DataFrame({"a": [1]})) == "cpu"
+
+
+@needs_no_gpu
+def test_dataframe_and_array_libraries_auto_and_cuda_without_gpu():
+    assert backend.dataframe_lib("auto") is pd
+    assert backend.array_lib("auto") is np
+    with pytest.raises(BackendUnavailableError):
+        backend.dataframe_lib("cuda")
+    with pytest.raises(BackendUnavailableError):
+        backend.array_lib("cuda:0")
+
+
+def test_concat_to_host_to_device_asarray():
+    a, b = pd.DataFrame({"x": [1, 2]}), pd.DataFrame({"x": [3]})
+    pd.testing.assert_frame_equal(backend.concat([a, b], ignore_index=True), pd.DataFrame({"x": [1, 2, 3]}))
+    with pytest.raises(ValueError):
+        backend.concat([])
+    assert backend.to_host(a) is a
+    assert backend.to_device(a, "cpu") is a
+    out = backend.asarray([1, 2, 3], "cpu")
+    assert isinstance(out, np.ndarray) and out.tolist() == [1, 2, 3]
+
+
+def test_import_tabloader_imports_no_gpu_or_framework_module():
+    code = (
+        "import sys, json, tabloader, tabloader.backend, tabloader.schema, tabloader.dataset, tabloader.io\n"
+        "import pandas as pd\n"
+        "tabloader.Dataset(pd.DataFrame({'a': [1, 2]})).compute()\n"
+        "heavy = ['cupy', 'cudf', 'dask_cudf', 'torch', 'tensorflow', 'keras', 'triton', 'jax']\n"
+        "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_has_module():
+    assert backend.has_module("numpy") is True
+    assert backend.has_module("surely_not_a_module_name_xyz") is False
+
+
+# --- arrow helpers ------------------------------------------------------------------------------
+def test_frame_arrow_schema():
+    import dask.dataframe as dd
+
+    df = pd.DataFrame({"a": np.arange(3, dtype="int16"), "b": ["x", "y", None], "l": [[1], [], [2, 3]]})
+    schema = backend.frame_arrow_schema(df)
+    assert schema.field("a").type == pa.int16()
+    assert pa.types.is_string(schema.field("b").type) or pa.types.is_large_string(schema.field("b").type)
+    assert schema.field("l").type == pa.list_(pa.int64())
+    ddf = dd.from_pandas(df[["a", "b"]], npartitions=2)
+    assert backend.frame_arrow_schema(ddf).names == ["a", "b"]
+    assert backend.frame_arrow_schema(ddf).field("a").type == pa.int16()
+
+
+def test_from_arrow_keeps_pandas_conventions():
+    df = pd.DataFrame({
+        "n": pd.array([1, None, 3], dtype="Int64"),
+        "s": pd.Series(["a", None, "c"], dtype="str"),
+        "f": np.array([0.5, 1.5, 2.5], dtype=np.float32),
+    })
+    table = pa.Table.from_pandas(df, preserve_index=False).append_column("l", pa.array([[1, 2], None, []]))
+    out = backend.from_arrow(table)
+    pd.testing.assert_frame_equal(out[["n", "s", "f"]], df)
+    assert out["l"].dtype == pd.ArrowDtype(pa.list_(pa.int64()))
+    assert pa.array(out["l"]).to_pylist() == [[1, 2], None, []]
+
+
+# --- parquet ----------------------------------------------------------------------------------
+@pytest.fixture
+def parquet_file(tmp_path):
+    df = pd.DataFrame({"a": np.arange(100, dtype=np.int64), "b": np.arange(100) * 0.5,
+                       "c": [f"v{i}" for i in range(100)]})
+    path = tmp_path / "data.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=10)
+    return str(path), df
+
+
+def test_read_parquet_whole_file(parquet_file):
+    path, df = parquet_file
+    pd.testing.assert_frame_equal(backend.read_parquet(path), df)
+    assert backend.read_parquet_arrow(path).num_rows == 100
+
+
+def test_read_parquet_row_groups_and_columns(parquet_file):
+    path, df = parquet_file
+    out = backend.read_parquet(path, columns=["c", "a"], row_groups=[1, 3])
+    expected = pd.concat([df.iloc[10:20], df.iloc[30:40]])[["c", "a"]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(out, expected)
+    table = backend.read_parquet_arrow(path, columns=["b"], row_groups=[9])
+    assert table.column_names == ["b"] and table.column("b").to_pylist() == df["b"].iloc[90:].tolist()
+
+
+def test_read_parquet_through_a_filesystem(parquet_file):
+    import fsspec
+
+    path, df = parquet_file
+    fs = fsspec.filesystem("file")
+    out = backend.read_parquet(path, columns=["a"], row_groups=[0], filesystem=fs)
+    pd.testing.assert_frame_equal(out, df[["a"]].iloc[:10])
+
+
+def test_read_parquet_errors(tmp_path, parquet_file):
+    path, _ = parquet_file
+    with pytest.raises(Exception):
+        backend.read_parquet(path, row_groups=[99])
+    with pytest.raises(Exception):
+        backend.read_parquet(str(tmp_path / "missing.parquet"))
+
+
+# --- DLPack -----------------------------------------------------------------------------------
+class _Capsule:
+    """Hands a ready-made capsule to a DLPack consumer (np.from_dlpack wants an object, not a capsule)."""
+
+    def __init__(self, capsule, device=(1, 0)):
+        self.capsule, self.device = capsule, device
+
+    def __dlpack__(self, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32", "uint8", "bool", "float16"])
+def test_to_dlpack_round_trip_writeable_is_zero_copy(dtype):
+    a = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+    capsule = backend.to_dlpack(a)
+    assert "dltensor" in repr(capsule) and "versioned" not in repr(capsule)  # TensorFlow takes only these
+    b = np.from_dlpack(_Capsule(capsule))
+    assert b.dtype == a.dtype and b.shape == a.shape
+    np.testing.assert_array_equal(b, a)
+    assert np.shares_memory(a, b)
+
+
+def test_to_dlpack_read_only_array_is_copied():
+    a = np.arange(10, dtype=np.int64)
+    a.flags.writeable = False
+    capsule = backend.to_dlpack(a)
+    assert "versioned" not in repr(capsule)
+    b = np.from_dlpack(_Capsule(capsule))
+    np.testing.assert_array_equal(b, np.arange(10))
+    assert not np.shares_memory(a, b)
+
+
+def test_to_dlpack_of_arrow_memory():
+    arr = pa.array(np.arange(5, dtype=np.float64)).to_numpy(zero_copy_only=True)  # read-only view
+    assert not arr.flags.writeable
+    b = np.from_dlpack(_Capsule(backend.to_dlpack(arr)))
+    np.testing.assert_array_equal(b, np.arange(5, dtype=np.float64))
+
+
+def test_to_dlpack_non_contiguous_view():
+    a = np.arange(20, dtype=np.int32).reshape(4, 5)[:, 1:3]
+    b = np.from_dlpack(_Capsule(backend.to_dlpack(a)))
+    np.testing.assert_array_equal(b, a)
+
+
+@pytest.mark.torch
+def test_to_dlpack_into_torch():
+    torch = pytest.importorskip("torch")
+    a = np.arange(6, dtype=np.float32)
+    t = torch.utils.dlpack.from_dlpack(backend.to_dlpack(a))
+    assert t.tolist() == a.tolist()
+    a[0] = 42  # zero copy
+    assert t[0].item() == 42
+
+
+# --- hashing ----------------------------------------------------------------------------------
+MASK = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """The reference: Vigna's splitmix64 finalizer on the value's 64-bit two's complement."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def test_splitmix64_reference_known_value():
+    # splitmix64 seeded with 0 yields 0xE220A8397B1DCDAF as its first output
+    assert splitmix64(0) == 0xE220A8397B1DCDAF
+
+
+def test_hash_int64_matches_splitmix64():
+    values = [0, 1, 2, 42, -1, -12345, 2**31, 2**62 + 7, 2**63 - 1, -(2**63), 123456789012345]
+    out = backend.hash_int64(np.array(values, dtype=np.int64))
+    assert out.dtype == np.uint64
+    assert [int(v) for v in out] == [splitmix64(v & MASK) for v in values]
+
+
+def test_hash_int64_other_int_dtypes_and_no_warnings():
+    import warnings
+
+    values = np.array([0, 5, 255, 1000], dtype=np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = backend.hash_int64(values)
+    assert [int(v) for v in out] == [splitmix64(int(v)) for v in values]
+    assert backend.hash_int64(np.array([], dtype=np.int64)).shape == (0,)
+
+
+# --- GPU --------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_path(tmp_path, parquet_file):
+    pytest.importorskip("cudf")
+    pytest.importorskip("cupy")
+    cudf = backend.cudf()
+    cupy = backend.cupy()
+    assert backend.resolve_device("auto") == "cuda"
+    assert backend.resolve_device("cuda:0") == "cuda"
+    assert backend.dataframe_lib("cuda") is cudf
+    assert backend.array_lib("cuda") is cupy
+    path, df = parquet_file
+    gdf = backend.read_parquet(path, columns=["a", "c"], row_groups=[2, 4], device="cuda")
+    assert backend.is_gpu_object(gdf) and backend.frame_device(gdf) == "cuda"
+    expected = pd.concat([df.iloc[20:30], df.iloc[40:50]])[["a", "c"]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(backend.to_host(gdf).reset_index(drop=True), expected, check_dtype=False)
+    values = np.array([0, 1, -1, 2**63 - 1], dtype=np.int64)
+    on_gpu = backend.hash_int64(cupy.asarray(values))
+    assert backend.array_lib(on_gpu) is cupy
+    assert [int(v) for v in cupy.asnumpy(on_gpu)] == [splitmix64(int(v) & MASK) for v in values]
+    x = cupy.arange(8, dtype=cupy.float32)
+    y = cupy.from_dlpack(_Capsule(backend.to_dlpack(x), device=x.__dlpack_device__()))
+    assert cupy.shares_memory(x, y) if hasattr(cupy, "shares_memory") else True
+    assert y.tolist() == list(range(8))

@@ -1,0 +1,723 @@
+"""Dataset: every source kind, schemas, partitioning, to_parquet round trips, atomic writes, bad input.
+
+Expected values come from pandas / pyarrow directly (the frame that was written, or pyarrow's
+reading of what tabloader wrote), never from tabloader itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+
+import dask
+import dask.dataframe as dd
+import fsspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tabloader as tl
+from tabloader import Dataset
+from tabloader.dataset import SchemaMismatchError
+from tabloader.schema import ColumnSchema, Schema, Tags
+
+N = 1200
+
+
+def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "id": np.arange(n, dtype=np.int64),
+        "x": rng.normal(size=n),
+        "c": rng.integers(0, 50, size=n).astype(np.int32),
+        "s": pd.Series([f"user_{i % 37}" for i in range(n)], dtype="str"),
+    })
+
+
+def rich_frame(n: int = 300, seed: int = 1) -> pd.DataFrame:
+    """Nullable ints, strings with nulls, list columns, timestamps, booleans, float32."""
+    rng = np.random.default_rng(seed)
+    ints = rng.integers(0, 1000, size=n)
+    lists = [None if i % 17 == 3 else list(rng.integers(0, 100, size=i % 5)) for i in range(n)]
+    words = [[f"w{j}" for j in range(i % 3)] for i in range(n)]
+    return pd.DataFrame({
+        "id": np.arange(n, dtype=np.int64),
+        "n": pd.array([None if i % 7 == 0 else int(v) for i, v in enumerate(ints)], dtype="Int64"),
+        "f": rng.random(n).astype(np.float32),
+        "s": pd.Series([None if i % 11 == 0 else f"s{i % 13}" for i in range(n)], dtype="str"),
+        "l": pd.Series(lists, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
+        "ls": pd.Series(words, dtype=pd.ArrowDtype(pa.list_(pa.string()))),
+        "t": pd.date_range("2024-01-01", periods=n, freq="min").as_unit("us"),
+        "b": rng.random(n) > 0.5,
+    })
+
+
+def write_parquet(df: pd.DataFrame, path, row_group_size: int | None = None) -> None:
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), str(path), row_group_size=row_group_size)
+
+
+def write_parts(df: pd.DataFrame, directory, nfiles: int = 3, row_group_size: int | None = None) -> list[str]:
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, part in enumerate(np.array_split(np.arange(len(df)), nfiles)):
+        path = os.path.join(str(directory), f"part_{i}.parquet")
+        write_parquet(df.iloc[part].reset_index(drop=True), path, row_group_size)
+        paths.append(path)
+    return paths
+
+
+def frame_of(frames) -> pd.DataFrame:
+    return pd.concat(list(frames), ignore_index=True)
+
+
+def check_dataset(ds: Dataset, expected: pd.DataFrame, npartitions: int | None = None, **compare) -> None:
+    """Everything a Dataset yields equals ``expected`` (a frame computed without tabloader)."""
+    expected = expected.reset_index(drop=True)
+    assert ds.num_rows == len(expected)
+    assert len(ds) == len(expected)
+    if npartitions is not None:
+        assert ds.npartitions == npartitions
+    assert ds.schema.column_names == list(expected.columns)
+    pd.testing.assert_frame_equal(ds.compute().reset_index(drop=True), expected, **compare)
+    parts = list(ds.to_iter())
+    assert len(parts) == ds.npartitions
+    pd.testing.assert_frame_equal(frame_of(parts), expected, **compare)
+    ddf = ds.to_ddf()
+    assert ddf.npartitions == ds.npartitions
+    pd.testing.assert_frame_equal(ddf.compute().reset_index(drop=True), expected, **compare)
+    assert list(ds.meta().columns) == list(expected.columns)
+
+
+EXPECTED_DTYPES = {"id": "int64", "x": "float64", "c": "int32", "s": "string"}
+
+
+@pytest.fixture
+def df() -> pd.DataFrame:
+    return make_frame()
+
+
+@pytest.fixture
+def memfs():
+    fs = fsspec.filesystem("memory")
+    root = f"/tabloader-test-{uuid.uuid4().hex[:8]}"
+    yield fs, root
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+# --- sources ----------------------------------------------------------------------------------
+def test_single_parquet_file(tmp_path, df):
+    path = tmp_path / "data.parquet"
+    write_parquet(df, path)
+    ds = Dataset(str(path))
+    check_dataset(ds, df, npartitions=1)
+    assert {c.name: c.dtype for c in ds.schema} == EXPECTED_DTYPES
+    assert all(not c.tags for c in ds.schema)  # nothing guessed
+    assert ds.engine == "parquet"
+    # a pathlib.Path works too
+    check_dataset(Dataset(path), df)
+
+
+def test_directory_ignores_schema_and_hidden_files(tmp_path, df):
+    d = tmp_path / "data"
+    write_parts(df, d, nfiles=3)
+    (d / "_SUCCESS").write_text("")
+    (d / ".part_9.parquet.crc").write_text("not parquet")
+    (d / ".hidden.parquet").write_text("not parquet")
+    (d / "_temporary").mkdir()
+    (d / "_temporary" / "part_0.parquet").write_text("not parquet")
+    (d / ".tmp-dir").mkdir()
+    (d / ".tmp-dir" / "part_0.parquet").write_text("not parquet")
+    Schema([ColumnSchema("id", "int64", {Tags.ID})]).save(str(d / "_schema.json"))
+    ds = Dataset(str(d))
+    assert [os.path.basename(p) for p in ds.paths] == ["part_0.parquet", "part_1.parquet", "part_2.parquet"]
+    check_dataset(ds, df, npartitions=1)  # three small files fit in one 128MB partition
+
+
+def test_directory_with_trailing_slash_and_subdirectories(tmp_path, df):
+    d = tmp_path / "data"
+    write_parts(df.iloc[:600], d / "a", nfiles=2)
+    write_parts(df.iloc[600:], d / "b", nfiles=2)
+    check_dataset(Dataset(str(d) + "/"), df)
+
+
+def test_glob(tmp_path, df):
+    d = tmp_path / "data"
+    write_parts(df, d, nfiles=3)
+    write_parquet(df.iloc[:5], d / "other.parquet")
+    check_dataset(Dataset(str(d / "part_*.parquet")), df)
+    check_dataset(Dataset(str(d / "part_[02].parquet")), frame_of([df.iloc[:400], df.iloc[800:]]))
+
+
+def test_list_of_paths_keeps_the_given_order(tmp_path, df):
+    p0, p1, p2 = write_parts(df, tmp_path / "data", nfiles=3)
+    check_dataset(Dataset([p2, p0]), frame_of([df.iloc[800:], df.iloc[:400]]))
+    check_dataset(Dataset((p0, p1, p2)), df)
+
+
+def test_file_url(tmp_path, df):
+    d = tmp_path / "data"
+    write_parts(df, d, nfiles=2)
+    check_dataset(Dataset(f"file://{d}"), df)
+    check_dataset(Dataset(f"file://{d}/part_1.parquet"), df.iloc[600:])
+
+
+def test_memory_url(memfs, df):
+    fs, root = memfs
+    for i, part in enumerate(np.array_split(np.arange(N), 2)):
+        with fs.open(f"{root}/data/part_{i}.parquet", "wb") as f:
+            pq.write_table(pa.Table.from_pandas(df.iloc[part], preserve_index=False), f, row_group_size=100)
+    with fs.open(f"{root}/data/_schema.json", "w") as f:
+        f.write(Schema([ColumnSchema("c", "int32", {Tags.CATEGORICAL}, {"cardinality": 50})]).to_json())
+    ds = Dataset(f"memory://{root}/data", part_size="4KB")
+    assert ds.npartitions > 2
+    check_dataset(ds, df)
+    assert ds.schema["c"].tags == {"categorical"} and ds.schema["c"].properties == {"cardinality": 50}
+
+
+def test_csv_engine_inferred_and_explicit(tmp_path, df):
+    path = tmp_path / "data.csv"
+    df.to_csv(path, index=False)
+    expected = pd.read_csv(path)
+    ds = Dataset(str(path))
+    assert ds.engine == "csv"
+    check_dataset(ds, expected)
+    pd.testing.assert_frame_equal(ds.compute(), df.astype({"c": "int64"}))  # CSV has no int32
+    assert {c.name: c.dtype for c in ds.schema} == {**EXPECTED_DTYPES, "c": "int64"}
+
+    other = tmp_path / "data.txt"
+    df.to_csv(other, index=False, sep="|")
+    ds = Dataset(str(other), engine="csv", sep="|")
+    assert ds.engine == "csv"
+    check_dataset(ds, expected)
+
+
+def test_csv_several_files_and_partitions(tmp_path, df):
+    d = tmp_path / "csv"
+    d.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(N), 3)):
+        df.iloc[part].to_csv(d / f"part_{i}.csv", index=False)
+    ds = Dataset(str(d / "*.csv"), part_size="4KB")
+    assert ds.npartitions > 3
+    check_dataset(ds, pd.concat([pd.read_csv(d / f"part_{i}.csv") for i in range(3)], ignore_index=True))
+    Schema([ColumnSchema("s", "string", {Tags.CATEGORICAL})]).save(str(d / "_schema.json"))
+    assert Dataset(str(d)).schema["s"].tags == {"categorical"}
+
+
+def test_pandas_frame(df):
+    ds = Dataset(df)
+    check_dataset(ds, df, npartitions=1)
+    assert {c.name: c.dtype for c in ds.schema} == EXPECTED_DTYPES
+
+    shuffled = df.sample(frac=1.0, random_state=0)  # a non-default index is not data
+    check_dataset(Dataset(shuffled, part_size="10KB"), shuffled.reset_index(drop=True))
+
+
+def test_pandas_frame_with_python_lists():
+    df = pd.DataFrame({"a": [1, 2, 3], "l": [[1, 2], [], [3]], "w": [["x"], ["y", "z"], []]})
+    ds = Dataset(df)
+    assert (ds.schema["l"].dtype, ds.schema["l"].is_list) == ("int64", True)
+    assert (ds.schema["w"].dtype, ds.schema["w"].is_list) == ("string", True)
+    check_dataset(ds, df)
+
+
+def test_empty_pandas_frame():
+    df = pd.DataFrame({"a": np.array([], dtype=np.int64), "b": np.array([], dtype=np.float32)})
+    ds = Dataset(df)
+    assert ds.num_rows == 0 and ds.npartitions == 1
+    assert [(c.name, c.dtype) for c in ds.schema] == [("a", "int64"), ("b", "float32")]
+    assert ds.compute().empty
+
+
+def test_dask_frame(df):
+    with dask.config.set({"dataframe.convert-string": False}):  # keep pandas' own str dtype
+        ddf = dd.from_pandas(df, npartitions=4)
+    ds = Dataset(ddf)
+    check_dataset(ds, df, npartitions=4)
+    assert {c.name: c.dtype for c in ds.schema} == EXPECTED_DTYPES
+    assert ds.to_ddf() is ddf
+
+
+# --- schemas ------------------------------------------------------------------------------------
+def test_schema_inferred_vs_file_beside_data_vs_explicit(tmp_path, df):
+    d = tmp_path / "data"
+    write_parts(df, d, nfiles=2)
+    inferred = Dataset(str(d)).schema
+    assert [(c.name, c.dtype, c.tags) for c in inferred] == [(n, t, frozenset()) for n, t in EXPECTED_DTYPES.items()]
+
+    beside = Schema([
+        ColumnSchema("id", "int64", {Tags.ID, Tags.USER}),
+        ColumnSchema("c", "float64", {Tags.CATEGORICAL}, {"cardinality": np.int64(50), "embedding_dim": 8}),
+        ColumnSchema("not_in_data", "int64", {Tags.TARGET}),
+    ])
+    (d / "_schema.json").write_text(beside.to_json())
+    from_file = Dataset(str(d)).schema
+    assert from_file.column_names == list(df.columns)  # the data decides which columns exist
+    assert from_file["id"].tags == {"id", "user"}
+    assert from_file["c"].tags == {"categorical"}
+    assert from_file["c"].properties == {"cardinality": 50, "embedding_dim": 8}
+    assert from_file["c"].dtype == "int32"  # ... and their dtypes
+    assert from_file["x"].tags == frozenset() and from_file["s"].tags == frozenset()
+
+    explicit = Schema([ColumnSchema("x", "float64", {Tags.CONTINUOUS}), ColumnSchema("s", "string", {Tags.ITEM})])
+    given = Dataset(str(d), schema=explicit).schema
+    assert given["x"].tags == {"continuous"} and given["s"].tags == {"item"}
+    assert given["id"].tags == frozenset()  # the explicit schema wins over the file beside the data
+
+    path = tmp_path / "elsewhere.json"
+    explicit.save(str(path))
+    assert Dataset(str(d), schema=str(path)).schema == given
+    assert Dataset(df, schema=explicit).schema["x"].tags == {"continuous"}
+
+
+def test_corrupt_schema_file_beside_data_names_it(tmp_path, df):
+    d = tmp_path / "data"
+    write_parts(df, d, nfiles=1)
+    (d / "_schema.json").write_text("{oops")
+    with pytest.raises(ValueError, match="_schema.json"):
+        Dataset(str(d))
+
+
+# --- partitions -----------------------------------------------------------------------------------
+def test_partitions_respect_part_size(tmp_path, df):
+    path = tmp_path / "data.parquet"
+    write_parquet(df, path, row_group_size=50)
+    meta = pq.ParquetFile(path).metadata
+    rg_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    rg_bytes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+    assert len(rg_rows) == N // 50
+    part_size = 4 * max(rg_bytes)
+    ds = Dataset(str(path), part_size=part_size)
+    assert 4 < ds.npartitions < len(rg_rows)
+    parts = list(ds.to_iter())
+    sizes = [len(p) for p in parts]
+    assert sum(sizes) == N
+    assert ds.partition_sizes() == sizes
+    # whole row groups, at most part_size bytes of them, and no more than four of the largest
+    bounds = np.cumsum([0, *rg_rows])
+    starts = np.cumsum([0, *sizes])
+    for start, stop in zip(starts[:-1], starts[1:]):
+        i, j = np.searchsorted(bounds, start), np.searchsorted(bounds, stop)
+        assert bounds[i] == start and bounds[j] == stop
+        assert sum(rg_bytes[i:j]) <= part_size
+        assert stop - start <= 4 * 50
+    # every row once, in order
+    pd.testing.assert_frame_equal(frame_of(parts), df)
+    # column selection
+    pd.testing.assert_frame_equal(frame_of(ds.to_iter(columns=["s", "id"])), df[["s", "id"]])
+    # a single row group larger than part_size is still one partition
+    assert Dataset(str(path), part_size=1).npartitions == len(rg_rows)
+
+
+def test_frame_partitions_respect_part_size(df):
+    part_size = 8_000
+    nbytes = df.memory_usage(deep=True, index=False).sum()
+    ds = Dataset(df, part_size=part_size)
+    assert ds.npartitions == int(np.ceil(nbytes / part_size))
+    parts = list(ds.to_iter())
+    for part in parts:
+        assert part.memory_usage(deep=True, index=False).sum() <= part_size * 1.02
+    pd.testing.assert_frame_equal(frame_of(parts), df)
+
+
+@pytest.mark.parametrize("part_size", ["1KiB", "2 kB", 3000, np.int64(3000), "0.004 MB"])
+def test_part_size_spellings(df, part_size):
+    ds = Dataset(df, part_size=part_size)
+    assert ds.npartitions > 1
+    pd.testing.assert_frame_equal(ds.compute(), df)
+
+
+# --- to_parquet -------------------------------------------------------------------------------
+def test_to_parquet_round_trip(tmp_path):
+    src = rich_frame()
+    schema = Schema([
+        ColumnSchema("id", "int64", {Tags.ID}),
+        ColumnSchema("n", "int64", {Tags.CATEGORICAL}, {"cardinality": np.int64(1000), "embedding_dim": 16}),
+        ColumnSchema("l", "int64", {Tags.LIST, Tags.CATEGORICAL}, {"cardinality": 100}, is_list=True),
+        ColumnSchema("b", "bool", {Tags.TARGET, Tags.BINARY}),
+    ])
+    ds = Dataset(src, part_size="8KB", schema=schema)
+    assert ds.npartitions > 2
+    out = tmp_path / "out"
+    assert ds.to_parquet(str(out), progress=False) == str(out)
+
+    files = sorted(os.listdir(out))
+    assert files == ["_schema.json", *[f"part_{i:05d}.parquet" for i in range(ds.npartitions)]]
+    # pyarrow and pandas read it back on their own, with pandas' dtypes
+    table = pq.read_table(str(out))  # pyarrow skips _schema.json as it skips any _name
+    assert table.num_rows == len(src)
+    back = pd.concat([pd.read_parquet(out / f) for f in files[1:]], ignore_index=True)
+    pd.testing.assert_frame_equal(back.drop(columns=["l", "ls"]), src.drop(columns=["l", "ls"]))
+    for name in ["l", "ls"]:
+        assert table.column(name).to_pylist() == pa.array(src[name]).to_pylist()
+        assert [None if v is None else list(v) for v in back[name]] == pa.array(src[name]).to_pylist()
+    assert pq.read_schema(out / files[1]).field("l").type.value_type == pa.int64()
+    # ... and so does tabloader: data, dtypes and schema identical
+    again = Dataset(str(out))
+    pd.testing.assert_frame_equal(again.compute(), src)
+    assert again.schema == ds.schema
+    assert again.schema["n"].properties == {"cardinality": 1000, "embedding_dim": 16}
+    assert again.schema["l"].is_list and again.schema["l"].tags == {"list", "categorical"}
+    assert json.loads((out / "_schema.json").read_text()) == json.loads(ds.schema.to_json())
+
+
+def test_to_parquet_round_trip_of_python_list_columns(tmp_path):
+    src = pd.DataFrame({"a": [1, 2, 3, 4], "l": [[1, 2], [], None, [3]], "w": [["x"], [], ["y", "z"], None]})
+    Dataset(src, part_size=40).to_parquet(str(tmp_path / "out"), progress=False)
+    table = pq.read_table(tmp_path / "out")
+    assert table.schema.field("l").type == pa.list_(pa.int64())
+    assert table.schema.field("w").type == pa.list_(pa.string())
+    assert table.column("l").to_pylist() == [[1, 2], [], None, [3]]
+    assert table.column("w").to_pylist() == [["x"], [], ["y", "z"], None]
+
+
+def test_to_parquet_from_files_and_from_csv(tmp_path, df):
+    write_parts(df, tmp_path / "in", nfiles=3, row_group_size=100)
+    Dataset(str(tmp_path / "in"), part_size="4KB").to_parquet(str(tmp_path / "out"), progress=False)
+    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), df)
+
+    df.to_csv(tmp_path / "in.csv", index=False)
+    Dataset(str(tmp_path / "in.csv"), part_size="8KB").to_parquet(str(tmp_path / "csv_out"), progress=False)
+    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "csv_out").to_pandas(), pd.read_csv(tmp_path / "in.csv"))
+
+
+def test_to_parquet_memory_url(memfs, df):
+    fs, root = memfs
+    Dataset(df, part_size="8KB").to_parquet(f"memory://{root}/out", progress=False)
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{root}/out", detail=False))
+    assert names[0] == "_schema.json" and all(n.startswith("part_") for n in names[1:])
+    assert not [p for p in fs.ls(root, detail=False) if p.rsplit("/", 1)[-1].startswith(".")]
+    with fs.open(f"{root}/out/{names[1]}", "rb") as f:
+        first = pq.read_table(f).to_pandas()
+    pd.testing.assert_frame_equal(first, df.iloc[:len(first)])
+    check_dataset(Dataset(f"memory://{root}/out"), df)
+
+
+def test_output_files(tmp_path, df):
+    ds = Dataset(df, part_size="4KB")
+    assert ds.npartitions >= 6
+    ds.to_parquet(str(tmp_path / "out"), output_files=3, progress=False)
+    files = sorted(f for f in os.listdir(tmp_path / "out") if f.endswith(".parquet"))
+    assert len(files) == 3
+    pd.testing.assert_frame_equal(pd.concat([pd.read_parquet(tmp_path / "out" / f) for f in files],
+                                            ignore_index=True), df)
+    # never more files than partitions
+    Dataset(df).to_parquet(str(tmp_path / "one"), output_files=5, progress=False)
+    assert len([f for f in os.listdir(tmp_path / "one") if f.endswith(".parquet")]) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_output_files_must_be_positive(tmp_path, df, bad):
+    with pytest.raises(ValueError, match="output_files"):
+        Dataset(df).to_parquet(str(tmp_path / "out"), output_files=bad, progress=False)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_row_group_size(tmp_path, df):
+    Dataset(df, part_size="20KB").to_parquet(str(tmp_path / "out"), row_group_size=128, progress=False)
+    for f in sorted(os.listdir(tmp_path / "out")):
+        if not f.endswith(".parquet"):
+            continue
+        meta = pq.ParquetFile(tmp_path / "out" / f).metadata
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert max(rows) == 128 or len(rows) == 1
+        assert all(r <= 128 for r in rows)
+    assert pq.read_table(tmp_path / "out").num_rows == N
+
+
+def _rows(frame: pd.DataFrame) -> list[tuple]:
+    return list(frame.itertuples(index=False, name=None))
+
+
+def test_shuffle(tmp_path, df):
+    ds = Dataset(df, part_size="8KB")
+    ds.to_parquet(str(tmp_path / "a"), shuffle=True, seed=7, progress=False)
+    ds.to_parquet(str(tmp_path / "b"), shuffle=True, seed=7, progress=False)
+    ds.to_parquet(str(tmp_path / "c"), shuffle=True, seed=8, progress=False)
+    a, b, c = (pq.read_table(tmp_path / x).to_pandas() for x in "abc")
+    assert sorted(_rows(a)) == sorted(_rows(df))  # the same multiset of rows
+    assert not a["id"].is_monotonic_increasing  # in another order
+    pd.testing.assert_frame_equal(a, b)  # deterministic with a seed
+    assert not a.equals(c)
+    assert Dataset(str(tmp_path / "a")).schema == ds.schema
+
+
+def test_existing_directory_needs_overwrite(tmp_path, df):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("old")
+    with pytest.raises(FileExistsError, match="out"):
+        Dataset(df).to_parquet(str(out), progress=False)
+    assert os.listdir(out) == ["keep.txt"]
+    Dataset(df).to_parquet(str(out), overwrite=True, progress=False)
+    assert "keep.txt" not in os.listdir(out)
+    pd.testing.assert_frame_equal(Dataset(str(out)).compute(), df)
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def _fail_on_partition(monkeypatch, index: int) -> None:
+    original = Dataset.read_partition
+
+    def read_partition(self, i, columns=None):
+        if i == index:
+            raise RuntimeError(f"boom on partition {i}")
+        return original(self, i, columns)
+
+    monkeypatch.setattr(Dataset, "read_partition", read_partition)
+
+
+def test_atomic_write_failure_leaves_nothing(tmp_path, df, monkeypatch):
+    ds = Dataset(df, part_size="4KB")
+    assert ds.npartitions > 4
+    _fail_on_partition(monkeypatch, 1)
+    with pytest.raises(RuntimeError, match="boom on partition 1"):
+        ds.to_parquet(str(tmp_path / "out"), progress=False)
+    assert os.listdir(tmp_path) == []  # no target, no temporary directory
+
+
+def test_atomic_write_failure_with_one_file(tmp_path, df, monkeypatch):
+    ds = Dataset(df, part_size="4KB")
+    _fail_on_partition(monkeypatch, ds.npartitions - 1)
+    with pytest.raises(RuntimeError, match="boom"):
+        ds.to_parquet(str(tmp_path / "out"), output_files=1, progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_write_waits_for_the_other_writers(tmp_path, df, monkeypatch):
+    """When to_parquet raises, no writer is still at work in the directory being removed."""
+    ds = Dataset(df, part_size="6KB")
+    assert ds.npartitions >= 4
+    original = Dataset.read_partition
+    started, finished = [], []
+    lock = threading.Lock()
+    second_is_running, first_failed = threading.Event(), threading.Event()
+
+    def read_partition(self, i, columns=None):
+        with lock:
+            first = not started
+            started.append(i)
+        try:
+            if first:  # fail while a second writer is busy (given a second worker thread)
+                second_is_running.wait(timeout=2)
+                first_failed.set()
+                raise RuntimeError("boom")
+            second_is_running.set()
+            first_failed.wait(timeout=2)
+            time.sleep(0.4)  # still writing well after the failure
+            return original(self, i, columns)
+        finally:
+            finished.append(i)
+
+    monkeypatch.setattr(Dataset, "read_partition", read_partition)
+    with pytest.raises(RuntimeError, match="boom"):
+        ds.to_parquet(str(tmp_path / "out"), progress=False)
+    assert sorted(finished) == sorted(started)
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_overwrite_keeps_the_old_directory(tmp_path, df, monkeypatch):
+    out = tmp_path / "out"
+    old = df.iloc[:10]
+    Dataset(old).to_parquet(str(out), progress=False)
+    before = {f: (out / f).read_bytes() for f in os.listdir(out)}
+    ds = Dataset(df, part_size="4KB")
+    _fail_on_partition(monkeypatch, 2)
+    with pytest.raises(RuntimeError, match="boom"):
+        ds.to_parquet(str(out), overwrite=True, progress=False)
+    assert os.listdir(tmp_path) == ["out"]
+    assert {f: (out / f).read_bytes() for f in os.listdir(out)} == before
+    monkeypatch.undo()
+    pd.testing.assert_frame_equal(Dataset(str(out)).compute(), old)
+
+
+def test_failed_write_of_schema_leaves_nothing(tmp_path, df, monkeypatch):
+    def broken_save(self, path, fs=None):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Schema, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        Dataset(df).to_parquet(str(tmp_path / "out"), progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_to_parquet_with_distributed_client(tmp_path, df):
+    distributed = pytest.importorskip("distributed")
+    ds = Dataset(df, part_size="8KB")
+    ds.to_parquet(str(tmp_path / "local"), shuffle=True, seed=3, progress=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        ds.to_parquet(str(tmp_path / "dist"), shuffle=True, seed=3, progress=False)
+    local = sorted(os.listdir(tmp_path / "local"))
+    assert sorted(os.listdir(tmp_path / "dist")) == local
+    for f in local:
+        if f.endswith(".parquet"):
+            assert pq.read_table(tmp_path / "local" / f).equals(pq.read_table(tmp_path / "dist" / f))
+    assert (tmp_path / "local" / "_schema.json").read_text() == (tmp_path / "dist" / "_schema.json").read_text()
+
+
+# --- transforms -------------------------------------------------------------------------------
+def test_with_transform_is_lazy(tmp_path, df):
+    write_parts(df, tmp_path / "in", nfiles=3)
+    ds = Dataset(str(tmp_path / "in"))
+    calls = []
+
+    def double(frame):
+        calls.append(len(frame))
+        return frame.assign(y=frame["x"] * 2)[["id", "y"]]
+
+    schema = Schema([ColumnSchema("id", "int64"), ColumnSchema("y", "float64", {Tags.CONTINUOUS})])
+    out = ds.with_transform(double, schema, input_columns=["id", "x"])
+    assert out is not ds and out.is_transformed and not ds.is_transformed
+    assert calls == []  # nothing read yet
+    assert out.schema is schema and ds.schema.column_names == list(df.columns)
+    expected = pd.DataFrame({"id": df["id"], "y": df["x"] * 2})
+    pd.testing.assert_frame_equal(out.compute(), expected)
+    assert sum(calls) == N
+    pd.testing.assert_frame_equal(out.to_ddf().compute().reset_index(drop=True), expected)
+    out.to_parquet(str(tmp_path / "out"), progress=False)
+    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), expected)
+    assert Dataset(str(tmp_path / "out")).schema == schema
+    pd.testing.assert_frame_equal(ds.compute(), df)  # the original is untouched
+
+
+def test_with_transform_that_drops_rows(df):
+    ds = Dataset(df, part_size="8KB")
+    keep = ds.with_transform(lambda f: f[f["c"] < 10], ds.schema, preserves_rows=False)
+    expected = df[df["c"] < 10].reset_index(drop=True)
+    assert keep.num_rows == len(expected)
+    assert keep.partition_sizes() is None
+    pd.testing.assert_frame_equal(keep.compute(), expected)
+
+
+# --- bad input --------------------------------------------------------------------------------
+def test_missing_path(tmp_path):
+    missing = str(tmp_path / "nope" / "data.parquet")
+    with pytest.raises(FileNotFoundError, match="nope"):
+        Dataset(missing)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        Dataset(str(tmp_path / "nope" / "*.parquet"))
+
+
+def test_missing_path_in_a_list(tmp_path, df):
+    good = write_parts(df, tmp_path / "d", nfiles=1)[0]
+    with pytest.raises(FileNotFoundError) as info:
+        Dataset([good, str(tmp_path / "missing.parquet")])
+    assert "missing.parquet" in str(info.value)
+
+
+def test_empty_directory(tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    with pytest.raises(FileNotFoundError, match="empty"):
+        Dataset(str(d))
+    Schema([ColumnSchema("a", "int64")]).save(str(d / "_schema.json"))
+    (d / ".hidden").write_text("x")
+    with pytest.raises(FileNotFoundError, match="empty"):
+        Dataset(str(d))
+
+
+def test_text_file_named_parquet(tmp_path, df):
+    bad = tmp_path / "data" / "part_1.parquet"
+    write_parts(df, tmp_path / "data", nfiles=2)
+    bad.write_text("this is not parquet\n")
+    with pytest.raises(ValueError) as info:
+        Dataset(str(tmp_path / "data"))
+    assert str(bad) in str(info.value) and "parquet" in str(info.value)
+    with pytest.raises(ValueError, match="part_1.parquet"):
+        Dataset(str(bad))
+
+
+def test_files_with_different_columns(tmp_path, df):
+    d = tmp_path / "data"
+    d.mkdir()
+    write_parquet(df, d / "a.parquet")
+    write_parquet(df.drop(columns=["x"]).assign(extra=1), d / "b.parquet")
+    with pytest.raises(SchemaMismatchError) as info:
+        Dataset(str(d))
+    message = str(info.value)
+    assert "a.parquet" in message and "b.parquet" in message
+    assert "'x'" in message and "'extra'" in message
+
+
+def test_files_with_different_dtypes(tmp_path, df):
+    d = tmp_path / "data"
+    d.mkdir()
+    write_parquet(df, d / "a.parquet")
+    write_parquet(df.astype({"c": "float64"}), d / "b.parquet")
+    with pytest.raises(ValueError) as info:  # SchemaMismatchError is a ValueError
+        Dataset([str(d / "a.parquet"), str(d / "b.parquet")])
+    message = str(info.value)
+    assert "a.parquet" in message and "b.parquet" in message
+    assert "c (int32 vs double)" in message
+
+
+def test_unknown_engine(tmp_path, df):
+    path = tmp_path / "data.parquet"
+    write_parquet(df, path)
+    with pytest.raises(ValueError, match="unknown engine 'orc'"):
+        Dataset(str(path), engine="orc")
+
+
+def test_mixed_parquet_and_csv(tmp_path, df):
+    write_parquet(df, tmp_path / "a.parquet")
+    df.to_csv(tmp_path / "b.csv", index=False)
+    with pytest.raises(ValueError, match="mix parquet and CSV"):
+        Dataset(str(tmp_path))
+
+
+@pytest.mark.parametrize("part_size", ["12 parsecs", "lots", "", "MB", None, [128], True, float("nan")])
+def test_unparseable_part_size(df, part_size):
+    with pytest.raises(ValueError, match="part_size"):
+        Dataset(df, part_size=part_size)
+
+
+@pytest.mark.parametrize("part_size", [0, -5, "0MB", "-1MB"])
+def test_non_positive_part_size(df, part_size):
+    with pytest.raises(ValueError, match="part_size"):
+        Dataset(df, part_size=part_size)
+
+
+@pytest.mark.parametrize("source", [42, 3.5, None, {"a": [1, 2]}, [], np.arange(3)])
+def test_wrong_source_type(source):
+    with pytest.raises(TypeError, match="source"):
+        Dataset(source)
+
+
+def test_bad_device(df):
+    with pytest.raises(ValueError, match="unknown device"):
+        Dataset(df, device="tpu")
+    if not tl.backend.cuda_available():
+        with pytest.raises(tl.backend.BackendUnavailableError, match="cuda"):
+            Dataset(df, device="cuda")
+
+
+def test_nothing_written_for_bad_output_path(tmp_path, df):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):
+        Dataset(df).to_parquet(str(tmp_path / "file"), progress=False)
+    assert (tmp_path / "file").read_text() == "x"
+    assert os.listdir(tmp_path) == ["file"]
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_cudf_sources(tmp_path, df):
+    cudf = pytest.importorskip("cudf")
+    gdf = cudf.from_pandas(df)
+    ds = Dataset(gdf, part_size="8KB")
+    assert ds.device == "cuda" and ds.num_rows == N and ds.npartitions > 1
+    assert {c.name: c.dtype for c in ds.schema}["id"] == "int64"
+    parts = list(ds.to_iter())
+    assert all(tl.backend.is_gpu_object(p) for p in parts)
+    pd.testing.assert_frame_equal(frame_of(p.to_pandas() for p in parts), df, check_dtype=False)
+    ds.to_parquet(str(tmp_path / "out"), progress=False)
+    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), df, check_dtype=False)
+    write_parts(df, tmp_path / "in", nfiles=2, row_group_size=100)
+    on_gpu = Dataset(str(tmp_path / "in"), device="cuda", part_size="4KB")
+    assert on_gpu.npartitions > 2
+    pd.testing.assert_frame_equal(on_gpu.compute().to_pandas(), df, check_dtype=False)
