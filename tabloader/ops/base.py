@@ -1,0 +1,169 @@
+"""Operator base classes.
+
+An :class:`Operator` transforms columns of one partition. A :class:`StatOperator` first learns
+statistics over the whole dataset in three steps the workflow runs for it: ``fit_partial`` on
+each partition, ``merge`` of two partials (associative, so Dask can tree-reduce them across
+partitions, processes and machines), and ``finalize`` which sets the fitted attributes (their
+names end in ``_``, as in scikit-learn).
+
+Operators are written once against the API that pandas and cuDF share; differences between
+the two belong in :mod:`tabloader.backend`.
+
+Example:
+    >>> import pandas as pd
+    >>> from tabloader.ops.base import Operator
+    >>> class Double(Operator):
+    ...     def transform(self, columns, frame):
+    ...         return frame[columns] * 2
+    >>> Double().transform(["a"], pd.DataFrame({"a": [1, 2]}))["a"].tolist()
+    [2, 4]
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Sequence
+
+from tabloader.schema import ColumnSchema, Schema
+
+Columns = Sequence[Any]  # column names; a tuple of names is a group (for joint/combo encodings)
+
+
+class NotFittedError(RuntimeError):
+    """A statistical operator was used before the workflow that holds it was fit."""
+
+
+def flatten_columns(columns: Columns) -> list[str]:
+    """Column names with groups expanded, in order, without repeats."""
+    out: list[str] = []
+    for col in columns:
+        for name in (col if isinstance(col, (tuple, list)) else (col,)):
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def group_name(group: Any) -> str:
+    """The output name of a column group: its names joined by ``_``."""
+    return "_".join(group) if isinstance(group, (tuple, list)) else group
+
+
+class _OperatorType(type):
+    """Lets an operator class stand on the right of ``>>``: ``["a"] >> LogOp`` means ``LogOp()``."""
+
+    def __rrshift__(cls, other: Any) -> Any:
+        from tabloader.graph import Node
+
+        return Node.coerce(other) >> cls
+
+
+class Operator(metaclass=_OperatorType):
+    """A column transform applied to every partition.
+
+    Subclasses override :meth:`transform` and, when they rename or add columns,
+    :meth:`output_column_names`; when they change tags or properties,
+    :meth:`compute_output_schema`. ``__init__`` only stores parameters, under attribute
+    names equal to the argument names, so :meth:`get_config` can read them back.
+    """
+
+    #: False for operators that can drop rows (filters); row counts then need a pass.
+    preserves_rows: bool = True
+    #: Tags added to (and removed from) every output column.
+    output_tags: tuple[str, ...] = ()
+    remove_tags: tuple[str, ...] = ()
+
+    # --- what subclasses implement ------------------------------------------------------
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        """Return a frame holding the output columns computed from ``frame[columns]``."""
+        raise NotImplementedError
+
+    def output_column_names(self, columns: Columns) -> list[str]:
+        return flatten_columns(columns)
+
+    def dependencies(self) -> list[str]:
+        """Extra input columns (by name) the operator reads beside the selected ones."""
+        return []
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        """Schema of the output columns. By default each output keeps its input's schema."""
+        out = []
+        for name in self.output_column_names(columns):
+            col = input_schema[name] if name in input_schema else ColumnSchema(name)
+            if self.remove_tags:
+                col = col.without_tags(*self.remove_tags)
+            if self.output_tags:
+                col = col.with_tags(*self.output_tags)
+            out.append(col)
+        return Schema(out)
+
+    # --- parameters and state -----------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments (JSON-serializable) that rebuild this operator."""
+        params = inspect.signature(type(self).__init__).parameters
+        return {name: getattr(self, name) for name in params
+                if name != "self" and params[name].kind not in (params[name].VAR_POSITIONAL, params[name].VAR_KEYWORD)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Operator":
+        return cls(**config)
+
+    def get_state(self) -> dict[str, Any]:
+        """Fitted arrays and values: DataFrames/Series/arrays are saved as parquet, the rest as JSON."""
+        return {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned."""
+
+    @property
+    def label(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+    # --- graph composition --------------------------------------------------------------
+    def __rrshift__(self, other: Any) -> Any:
+        from tabloader.graph import Node
+
+        return Node.coerce(other) >> self
+
+
+class StatOperator(Operator):
+    """An operator that learns statistics over the dataset before it can transform."""
+
+    def fit_partial(self, columns: Columns, frame: Any) -> Any:
+        """Statistics of one partition (small: counts, sums, sketches)."""
+        raise NotImplementedError
+
+    def merge(self, left: Any, right: Any) -> Any:
+        """Combine two partial statistics. Must be associative."""
+        raise NotImplementedError
+
+    def finalize(self, columns: Columns, merged: Any) -> None:
+        """Turn the merged statistics into fitted attributes (names ending in ``_``)."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Forget fitted attributes, so fit starts afresh."""
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
+
+    @property
+    def is_fitted(self) -> bool:
+        return any(k.endswith("_") and not k.startswith("_") for k in vars(self))
+
+    def check_is_fitted(self, columns: Columns | None = None) -> None:
+        if not self.is_fitted:
+            where = f" on {flatten_columns(columns)}" if columns is not None else ""
+            raise NotFittedError(f"{self.label}{where} is not fitted: call Workflow.fit(dataset) before transform")
+
+
+def check_numeric(op: Operator, frame: Any, columns: Sequence[str]) -> None:
+    """Raise a TypeError naming the operator, column and dtype for non-numeric columns."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    for col in columns:
+        dtype = frame[col].dtype
+        if not is_numeric_dtype(dtype) or is_bool_dtype(dtype):
+            raise TypeError(f"{op.label} needs numeric columns, but column {col!r} has dtype {dtype}")

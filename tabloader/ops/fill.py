@@ -1,0 +1,170 @@
+"""Null filling: :class:`FillMissing` (a constant) and :class:`FillMedian` (the fitted median).
+
+Both can add, per column, a ``<col>_filled`` indicator: a **bool** column, True where the
+input was null (NaN/None/NA) and got filled. Only nulls are filled; +-inf stays as it is
+(use :class:`~tabloader.ops.numeric.Clip` for those).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from tabloader import backend
+from tabloader.ops.base import Columns, StatOperator, Operator, check_numeric, flatten_columns
+from tabloader.ops.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
+from tabloader.schema import ColumnSchema, Schema, Tags
+
+FILLED_SUFFIX = "_filled"
+
+
+def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], float_fallback: bool = False) -> Any:
+    """``frame[cols]`` with nulls replaced by ``values[col]``, plus the ``_filled`` indicators.
+
+    With ``float_fallback``, a nullable integer column whose fill value is not an integer (a
+    median of 2.5) becomes float64 (in every partition, with or without nulls).
+    """
+    out: dict[str, Any] = {}
+    indicators: dict[str, Any] = {}
+    for col in flatten_columns(columns):
+        series = frame[col]
+        if op.add_binary_cols:
+            indicators[col + FILLED_SUFFIX] = series.isna()
+        value = values[col]
+        if float_fallback and getattr(series.dtype, "kind", "") in "iu" and not backend.is_plain_numeric(series) \
+                and not float(value).is_integer():  # decided by the fitted value: same dtype in every partition
+            series = series.astype("float64")
+        try:
+            out[col] = series.fillna(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{op.label} cannot fill column {col!r} (dtype {series.dtype}) "
+                            f"with {values[col]!r}: {exc}") from exc
+    out.update(indicators)
+    return backend.frame_from_columns(out, frame.index, like=frame)
+
+
+def _fill_output_names(op: Any, columns: Columns) -> list[str]:
+    cols = flatten_columns(columns)
+    return cols + [c + FILLED_SUFFIX for c in cols] if op.add_binary_cols else cols
+
+
+def _fill_output_schema(op: Operator, input_schema: Schema, columns: Columns) -> Schema:
+    out = []
+    for col in flatten_columns(columns):
+        base = input_schema[col] if col in input_schema else ColumnSchema(col)
+        if op.output_tags:
+            base = base.with_tags(*op.output_tags)
+        out.append(base)
+    if op.add_binary_cols:
+        for col in out[:]:
+            out.append(ColumnSchema(col.name + FILLED_SUFFIX, "bool", col.tags | {str(Tags.BINARY)}))
+    return Schema(out)
+
+
+class FillMissing(Operator):
+    """Replace nulls with a constant, optionally adding ``<col>_filled`` bool indicators.
+
+    Works on any dtype the constant fits (numeric, string, nullable). Tags are kept; an
+    indicator column carries its column's tags plus ``binary``.
+
+    Args:
+        fill_val: the replacement value.
+        add_binary_cols: also output ``<col>_filled`` (bool, True where a null was filled).
+
+    Example:
+        >>> import pandas as pd
+        >>> from tabloader.ops.fill import FillMissing
+        >>> df = pd.DataFrame({"x": [1.0, None, 3.0]})
+        >>> out = FillMissing(0, add_binary_cols=True).transform(["x"], df)
+        >>> out["x"].tolist(), out["x_filled"].tolist()
+        ([1.0, 0.0, 3.0], [False, True, False])
+    """
+
+    def __init__(self, fill_val: Any = 0, add_binary_cols: bool = False) -> None:
+        self.fill_val = fill_val
+        self.add_binary_cols = add_binary_cols
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        return _fill(self, columns, frame, {c: self.fill_val for c in flatten_columns(columns)})
+
+    def output_column_names(self, columns: Columns) -> list[str]:
+        return _fill_output_names(self, columns)
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        return _fill_output_schema(self, input_schema, columns)
+
+
+class FillMedian(StatOperator):
+    """Replace nulls with each column's median, learned with a mergeable quantile sketch.
+
+    The median is exact while a column has at most 4096 finite values and otherwise within
+    ``relative_accuracy * |median|`` of ``numpy.median`` of the finite values (see
+    :mod:`tabloader.ops.sketch` for the precise bound). NaN and +-inf are left out of the
+    statistics. A column without any finite value gets a NaN median (a warning names it), so
+    its nulls stay null. Outputs are tagged ``continuous``.
+
+    Args:
+        add_binary_cols: also output ``<col>_filled`` (bool, True where a null was filled).
+        relative_accuracy: the sketch's relative error bound (default 0.001).
+
+    Fitted attributes: ``medians_`` (dict column -> float).
+
+    Example:
+        >>> import pandas as pd, tabloader as tl
+        >>> from tabloader.ops.fill import FillMedian
+        >>> wf = tl.Workflow(["x"] >> FillMedian(), progress=False)
+        >>> wf.fit_transform(pd.DataFrame({"x": [1.0, None, 3.0, 10.0]}))["x"].tolist()
+        [1.0, 3.0, 3.0, 10.0]
+    """
+
+    output_tags = (Tags.CONTINUOUS,)
+
+    def __init__(self, add_binary_cols: bool = False, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> None:
+        self.add_binary_cols = add_binary_cols
+        self.relative_accuracy = relative_accuracy
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, QuantileSketch]:
+        cols = flatten_columns(columns)
+        check_numeric(self, frame, cols)
+        return {c: QuantileSketch.from_values(backend.column_values(frame[c], "float64"), self.relative_accuracy)
+                for c in cols}
+
+    def merge(self, left: dict, right: dict) -> dict:
+        return {c: left[c].merge(right[c]) for c in left}
+
+    def finalize(self, columns: Columns, merged: dict) -> None:
+        medians = {c: float(s.quantile(0.5)) for c, s in merged.items()}
+        empty = [c for c, s in merged.items() if s.count == 0]
+        if empty:
+            warnings.warn(f"FillMedian: column(s) {empty} have no finite value; their median is NaN and their "
+                          "nulls stay null", RuntimeWarning, stacklevel=2)
+        self.medians_ = medians
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        self.check_is_fitted(columns)
+        cols = flatten_columns(columns)
+        _check_columns_fitted(self, cols, self.medians_)
+        check_numeric(self, frame, cols)
+        return _fill(self, columns, frame, self.medians_, float_fallback=True)
+
+    def output_column_names(self, columns: Columns) -> list[str]:
+        return _fill_output_names(self, columns)
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        return _fill_output_schema(self, input_schema, columns)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"medians": self.medians_} if self.is_fitted else {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "medians" in state:
+            self.medians_ = {k: float(v) for k, v in state["medians"].items()}
+
+
+def _check_columns_fitted(op: StatOperator, columns: list[str], fitted: dict) -> None:
+    from tabloader.ops.base import NotFittedError
+
+    missing = [c for c in columns if c not in fitted]
+    if missing:
+        raise NotFittedError(f"{op.label} was not fitted on column(s) {missing} (fitted on {list(fitted)}); "
+                             "refit the workflow")

@@ -1,0 +1,290 @@
+"""JoinGroupby: per-category aggregates of continuous columns, joined back onto every row.
+
+Partial statistics per category are the row count and, per continuous column, the number of
+non-null values, their mean, the sum of squared deviations ``M2``, min and max; partials merge
+with Chan's parallel algorithm (``n = sum n_i``, ``mean = sum n_i mean_i / n``,
+``M2 = sum M2_i + n_i (mean_i - mean)^2``), which is exact in exact arithmetic and numerically
+stable, so fit on one partition or many gives the same numbers up to rounding.
+
+Example:
+    >>> import pandas as pd
+    >>> from tabloader.workflow import Workflow
+    >>> df = pd.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 3.0, 5.0]})
+    >>> wf = Workflow(["c"] >> JoinGroupby(cont_cols=["x"], stats=["count", "mean"]), progress=False)
+    >>> wf.fit_transform(df).values.tolist()
+    [[2.0, 2.0], [2.0, 2.0], [1.0, 5.0]]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tabloader import backend
+from tabloader.ops.base import Columns, NotFittedError, StatOperator, check_numeric, group_name
+from tabloader.ops.categorify import (ValueLookup, _arrow_to_pandas, _sum_int, as_pandas, concat_keys,
+                                      factorize_rows, group_keys, null_mask)
+from tabloader.ops.hashing import NormalizedColumn, new_frame, normalize_column
+from tabloader.schema import ColumnSchema, Schema, Tags
+
+STATS = ("count", "sum", "mean", "std", "var", "min", "max")
+
+
+def key_groups(columns: Columns) -> list[tuple[str, tuple[str, ...]]]:
+    """(output prefix, key columns) per selected column or tuple group."""
+    out = []
+    for col in columns:
+        group = tuple(col) if isinstance(col, (tuple, list)) else (col,)
+        out.append((group_name(group), group))
+    return out
+
+
+def normalize_keys(op: Any, group: Sequence[str], frame: Any) -> list[NormalizedColumn]:
+    cols = []
+    for c in group:
+        if backend.is_list_dtype(frame[c].dtype):
+            raise TypeError(f"{op.label} cannot group by list column {c!r} (dtype {frame[c].dtype})")
+        cols.append(normalize_column(op, c, frame[c]))
+    return cols
+
+
+def split_null_rows(cols: list[NormalizedColumn]) -> tuple[np.ndarray | None, np.ndarray, list, np.ndarray]:
+    """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds).
+
+    A row with a null in any key column belongs to the null group, kept apart.
+    """
+    mask = null_mask(cols, "any")
+    valid = cols if mask is None else [c.filter(~mask) for c in cols]
+    if not len(valid[0]) or any(c.kind == "null" for c in valid):
+        return mask, np.zeros(0, np.int64), None, [c.kind for c in cols]
+    codes, first = factorize_rows([as_pandas(c) for c in valid])
+    keys = [c.take(first).values for c in valid]
+    return mask, codes, keys, [c.kind for c in cols]
+
+
+def float_values(frame: Any, name: str) -> np.ndarray:
+    return backend.to_host(frame[name]).to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+class JoinGroupby(StatOperator):
+    """Per-category statistics of continuous columns, added to every row of that category.
+
+    For each selected categorical column (or tuple group ``("a", "b")``, named ``a_b``) the
+    output has ``{cat}_count`` (rows of the category at fit) when ``"count"`` is in
+    ``stats``, and ``{cat}_{cont}_{stat}`` for each continuous column and each other stat:
+    ``sum``, ``mean``, ``std`` and ``var`` (sample, ``ddof=1``: NaN for fewer than 2 values),
+    ``min``, ``max``; nulls in a continuous column are skipped, as pandas does.
+
+    Rows whose category has a null form their own group (the null group). A category unseen
+    at fit gets count 0 and NaN statistics (so does the null group when no null was seen).
+    The continuous columns are read through :meth:`dependencies`, so they need not be
+    selected. Statistics are float64, counts int64.
+
+    Parameters
+    ----------
+    cont_cols : list of str
+        Continuous columns to aggregate.
+    stats : list of str
+        Among ``count, sum, mean, std, var, min, max``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from tabloader.workflow import Workflow
+    >>> df = pd.DataFrame({"c": [1, 1, 2, None], "x": [1.0, 2.0, 4.0, 8.0]}).astype({"c": "Int64"})
+    >>> wf = Workflow(["c"] >> JoinGroupby(["x"], stats=["count", "sum"]), progress=False)
+    >>> out = wf.fit_transform(df)
+    >>> out.columns.tolist(), out["c_x_sum"].tolist(), out["c_count"].tolist()
+    (['c_count', 'c_x_sum'], [3.0, 3.0, 4.0, 8.0], [2, 2, 1, 1])
+    """
+
+    def __init__(self, cont_cols: Sequence[str] = (), stats: Sequence[str] = ("count",)) -> None:
+        self.cont_cols = list(cont_cols) if not isinstance(cont_cols, str) else [cont_cols]
+        self.stats = list(stats) if not isinstance(stats, str) else [stats]
+        bad = [s for s in self.stats if s not in STATS]
+        if bad:
+            raise ValueError(f"JoinGroupby: unknown stats {bad}; choose among {STATS}")
+        if not self.stats:
+            raise ValueError("JoinGroupby needs at least one stat")
+
+    def dependencies(self) -> list[str]:
+        return list(self.cont_cols)
+
+    def _names(self, prefix: str) -> list[str]:
+        names = [f"{prefix}_count"] if "count" in self.stats else []
+        return names + [f"{prefix}_{c}_{s}" for c in self.cont_cols for s in self.stats if s != "count"]
+
+    def output_column_names(self, columns: Columns) -> list[str]:
+        return [n for prefix, _ in key_groups(columns) for n in self._names(prefix)]
+
+    # --- fit -------------------------------------------------------------------------------
+    def _moments(self, codes: np.ndarray, rows: np.ndarray | None, ngroups: int, frame: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"count": np.bincount(codes, minlength=ngroups).astype(np.int64)}
+        for c in self.cont_cols:
+            x = float_values(frame, c)
+            x = x if rows is None else x[rows]
+            ok = ~np.isnan(x)
+            xc, cc = x[ok], codes[ok]
+            n = np.bincount(cc, minlength=ngroups).astype(np.float64)
+            s = np.bincount(cc, weights=xc, minlength=ngroups)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(n > 0, s / np.maximum(n, 1), 0.0)
+            m2 = np.bincount(cc, weights=(xc - mean[cc]) ** 2, minlength=ngroups)
+            mn = np.full(ngroups, np.inf)
+            mx = np.full(ngroups, -np.inf)
+            if {"min", "max"} & set(self.stats) and len(cc):
+                np.minimum.at(mn, cc, xc)
+                np.maximum.at(mx, cc, xc)
+            out[c] = np.stack([n, mean, m2, mn, mx], axis=1)
+        return out
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
+        check_numeric(self, frame, self.cont_cols)
+        partial = {}
+        for prefix, group in key_groups(columns):
+            cols = normalize_keys(self, group, frame)
+            mask, codes, keys, kinds = split_null_rows(cols)
+            rows = None if mask is None else np.flatnonzero(~mask)
+            groups = None
+            if keys is not None:
+                groups = {"keys": keys, "kinds": kinds, **self._moments(codes, rows, len(keys[0]), frame)}
+            null = None
+            if mask is not None and mask.any():
+                null_rows = np.flatnonzero(mask)
+                null = self._moments(np.zeros(len(null_rows), np.int64), null_rows, 1, frame)
+            partial[prefix] = {"groups": groups, "null": null}
+        return partial
+
+    def merge(self, left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for prefix in left:
+            a, b = left[prefix], right[prefix]
+            groups = self._merge_groups(a["groups"], b["groups"], prefix)
+            null = a["null"] if b["null"] is None else b["null"] if a["null"] is None else \
+                self._combine(np.zeros(2, np.int64), 1, a["null"], b["null"])
+            out[prefix] = {"groups": groups, "null": null}
+        return out
+
+    def _merge_groups(self, a: Any, b: Any, prefix: str) -> Any:
+        if a is None or b is None:
+            return a if b is None else b
+        keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], self, prefix)
+        codes, first, unique = group_keys(keys)
+        merged = self._combine(codes, len(first), a, b)
+        return {"keys": unique, "kinds": kinds, **merged}
+
+    def _combine(self, codes: np.ndarray, ngroups: int, a: dict, b: dict) -> dict[str, Any]:
+        """Chan's merge of the moment rows of ``a`` then ``b`` grouped by ``codes``."""
+        out: dict[str, Any] = {"count": _sum_int(codes, np.concatenate([a["count"], b["count"]]), ngroups)}
+        for c in self.cont_cols:
+            m = np.concatenate([a[c], b[c]])
+            n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
+            n = np.bincount(codes, weights=n_i, minlength=ngroups)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(n > 0, np.bincount(codes, weights=n_i * mean_i, minlength=ngroups) / np.maximum(n, 1),
+                                0.0)
+            m2 = np.bincount(codes, weights=m2_i + n_i * (mean_i - mean[codes]) ** 2, minlength=ngroups)
+            mn = np.full(ngroups, np.inf)
+            mx = np.full(ngroups, -np.inf)
+            np.minimum.at(mn, codes, m[:, 3])
+            np.maximum.at(mx, codes, m[:, 4])
+            out[c] = np.stack([n, mean, m2, mn, mx], axis=1)
+        return out
+
+    def finalize(self, columns: Columns, merged: dict[str, Any]) -> None:
+        stats, nulls = {}, {}
+        for prefix, group in key_groups(columns):
+            part = merged[prefix]
+            key_cols = self._key_columns(group)
+            g = part["groups"]
+            if g is None:
+                table = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
+                table = pd.concat([table, self._table(None, 0)], axis=1)
+            else:
+                keys = {k: _arrow_to_pandas(v) if not isinstance(v, np.ndarray) else v
+                        for k, v in zip(key_cols, g["keys"])}
+                table = pd.concat([pd.DataFrame(keys), self._table(g, len(g["count"]))], axis=1)
+            stats[prefix] = table
+            nulls[prefix] = self._table(part["null"], 1) if part["null"] is not None else self._table(None, 0)
+        self.stats_ = stats
+        self.null_stats_ = nulls
+        self._lookup = {}
+
+    @staticmethod
+    def _key_columns(group: tuple[str, ...]) -> list[str]:
+        return [f"__key_{c}" for c in group]
+
+    def _table(self, g: Any, n: int) -> pd.DataFrame:
+        """The output statistics (generic names ``count``, ``{cont}_{stat}``) of ``n`` groups."""
+        out: dict[str, Any] = {"count": g["count"] if g is not None else np.zeros(n, np.int64)}
+        for c in self.cont_cols:
+            m = g[c] if g is not None else np.zeros((n, 5))
+            cnt, mean, m2 = m[:, 0], m[:, 1], m[:, 2]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                var = np.where(cnt > 1, m2 / np.maximum(cnt - 1, 1), np.nan)
+            values = {"sum": cnt * mean, "mean": np.where(cnt > 0, mean, np.nan), "var": var, "std": np.sqrt(var),
+                      "min": np.where(cnt > 0, m[:, 3], np.nan), "max": np.where(cnt > 0, m[:, 4], np.nan)}
+            for s in self.stats:
+                if s != "count":
+                    out[f"{c}_{s}"] = values[s]
+        return pd.DataFrame(out)
+
+    # --- state -----------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        prefixes = list(self.stats_)
+        state: dict[str, Any] = {"prefixes": prefixes}
+        for i, p in enumerate(prefixes):
+            state[f"stats_{i}"] = self.stats_[p]
+            state[f"null_{i}"] = self.null_stats_[p]
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.stats_ = {p: state[f"stats_{i}"] for i, p in enumerate(state["prefixes"])}
+        self.null_stats_ = {p: state[f"null_{i}"] for i, p in enumerate(state["prefixes"])}
+        self._lookup = {}
+
+    def clear(self) -> None:
+        super().clear()
+        self._lookup = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lookup", None)
+        return state
+
+    # --- transform -------------------------------------------------------------------------
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        out: dict[str, Any] = {}
+        for prefix, group in key_groups(columns):
+            if not hasattr(self, "stats_") or prefix not in self.stats_:
+                raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
+                                     "before transform")
+            table, null = self.stats_[prefix], self.null_stats_[prefix]
+            cache = self.__dict__.setdefault("_lookup", {})
+            lookup = cache.get(prefix)
+            if lookup is None:
+                lookup = cache[prefix] = ValueLookup([table[k] for k in self._key_columns(group)], self, prefix)
+            cols = normalize_keys(self, group, frame)
+            pos = lookup.positions(cols)
+            mask = null_mask(cols, "any")
+            for generic, name in zip(self._table(None, 0).columns, self._names(prefix)):
+                values = table[generic].to_numpy()
+                is_count = generic == "count"
+                fill = 0 if is_count else np.nan
+                col = np.where(pos >= 0, values[np.maximum(pos, 0)] if len(values) else fill, fill)
+                if mask is not None:
+                    col[mask] = null[generic].iloc[0] if len(null) else fill
+                out[name] = col.astype(np.int64 if is_count else np.float64)
+        return new_frame(frame, out)
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        out = []
+        for prefix, _ in key_groups(columns):
+            for name in self._names(prefix):
+                is_count = name == f"{prefix}_count"
+                out.append(ColumnSchema(name, "int64" if is_count else "float64", {Tags.CONTINUOUS}))
+        return Schema(out)

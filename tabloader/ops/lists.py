@@ -1,0 +1,176 @@
+"""List (multi-hot) columns: :class:`ValueCount` (list-length statistics) and :class:`ListSlice`.
+
+List columns are pandas ``ArrowDtype(list<...>)`` columns on the CPU (what tabloader's readers
+produce; columns of Python lists are accepted too) and cuDF list columns on the GPU. Both ops
+work on the arrow arrays (offsets and values), never on Python objects per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.ops.base import Columns, NotFittedError, Operator, StatOperator, flatten_columns
+from tabloader.schema import Schema
+
+
+def _list_array(op: Operator, frame: Any, col: str) -> Any:
+    import pyarrow as pa
+
+    series = frame[col]
+    try:
+        arr = backend.list_column_to_arrow(series)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise TypeError(f"{op.label} needs list columns, but column {col!r} has dtype {series.dtype} ({exc})") from exc
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        raise TypeError(f"{op.label} needs list columns, but column {col!r} has dtype {series.dtype}")
+    return arr
+
+
+def _lengths(arr: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Row lengths (0 for null rows) and the validity of each row, as numpy arrays."""
+    offsets = arr.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(len(arr), dtype=bool)
+    if arr.null_count:
+        lengths = np.where(valid, lengths, 0)
+    return lengths.astype(np.int64), valid
+
+
+class ValueCount(StatOperator):
+    """Learn the minimum and maximum list length of list columns; data passes through.
+
+    The schema of each output column gets the property ``value_count: {"min": m, "max": M}``
+    (null rows are not counted; a column without any list gets ``{"min": 0, "max": 0}``).
+    Loaders and embedding layers use it to tell fixed-length lists (``min == max``) from
+    ragged ones.
+
+    Fitted attributes: ``stats_`` (dict column -> {"min", "max"}).
+
+    Example:
+        >>> import pandas as pd, pyarrow as pa, tabloader as tl
+        >>> from tabloader.ops.lists import ValueCount
+        >>> lists = pd.Series(pd.arrays.ArrowExtensionArray(pa.array([[1, 2], [3], [4, 5, 6]])))
+        >>> wf = tl.Workflow(["genres"] >> ValueCount(), progress=False).fit(pd.DataFrame({"genres": lists}))
+        >>> wf.output_schema["genres"].properties["value_count"]
+        {'min': 1, 'max': 3}
+    """
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int | None, int | None]]:
+        stats = {}
+        for col in flatten_columns(columns):
+            lengths, valid = _lengths(_list_array(self, frame, col))
+            lengths = lengths[valid]
+            stats[col] = (int(lengths.min()), int(lengths.max())) if lengths.size else (None, None)
+        return stats
+
+    def merge(self, left: dict, right: dict) -> dict:
+        out = {}
+        for c in left:
+            (a_lo, a_hi), (b_lo, b_hi) = left[c], right[c]
+            out[c] = (b_lo, b_hi) if a_lo is None else (a_lo, a_hi) if b_lo is None else (min(a_lo, b_lo), max(a_hi, b_hi))
+        return out
+
+    def finalize(self, columns: Columns, merged: dict) -> None:
+        self.stats_ = {c: {"min": lo or 0, "max": hi or 0} for c, (lo, hi) in merged.items()}
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        self.check_is_fitted(columns)
+        return frame[flatten_columns(columns)]
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        schema = super().compute_output_schema(input_schema, columns)
+        stats = getattr(self, "stats_", {})
+        return Schema(c.with_properties(value_count=dict(stats[c.name])) if c.name in stats else c for c in schema)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"stats": self.stats_} if self.is_fitted else {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "stats" in state:
+            self.stats_ = {c: {"min": int(v["min"]), "max": int(v["max"])} for c, v in state["stats"].items()}
+
+
+class ListSlice(Operator):
+    """Slice every list of list columns like Python's ``lst[start:end]`` (negative indices too).
+
+    With ``pad=True`` every output list has exactly the slice's length (``end - start``, or
+    ``-start`` for ``ListSlice(-n)``), padded at the end with ``pad_value``; null rows become
+    lists of ``pad_value`` there, while without padding they stay null. Elements keep their
+    type. The schema records ``value_count: {"min": n, "max": n}`` for padded outputs.
+
+    Args:
+        start: first index (negative: from the end).
+        end: index past the last (None: to the end; negative: from the end).
+        pad: pad to a fixed length (needs a fixed slice length, see above).
+        pad_value: the padding element.
+
+    Example:
+        >>> import pandas as pd, pyarrow as pa
+        >>> from tabloader.ops.lists import ListSlice
+        >>> df = pd.DataFrame({"l": pd.arrays.ArrowExtensionArray(pa.array([[1, 2, 3], [4], None]))})
+        >>> ListSlice(0, 2).transform(["l"], df)["l"].tolist()
+        [[1, 2], [4], <NA>]
+        >>> ListSlice(-2, pad=True).transform(["l"], df)["l"].tolist()
+        [[2, 3], [4, 0], [0, 0]]
+    """
+
+    def __init__(self, start: int, end: int | None = None, pad: bool = False, pad_value: Any = 0) -> None:
+        self.start, self.end, self.pad, self.pad_value = start, end, pad, pad_value
+        if pad and self._fixed_length() is None:
+            raise ValueError(f"ListSlice(start={start}, end={end}, pad=True) has no fixed length: give 0 <= start < end, "
+                             "start < end < 0, or a negative start without end")
+
+    def _fixed_length(self) -> int | None:
+        s, e = self.start, self.end
+        if e is None:
+            return -s if s < 0 else None
+        if (s >= 0 and e >= 0) or (s < 0 and e < 0):
+            return max(e - s, 0)
+        return None
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        out = {}
+        for col in flatten_columns(columns):
+            arr = _list_array(self, frame, col)
+            out[col] = backend.list_column_from_arrow(self._slice(arr), frame.index, col, like=frame)
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def _slice(self, arr: Any) -> Any:
+        import pyarrow as pa
+
+        n = len(arr)
+        offsets = arr.offsets.to_numpy().astype(np.int64)
+        lengths, valid = _lengths(arr)
+        s = np.clip(lengths + self.start, 0, None) if self.start < 0 else np.minimum(self.start, lengths)
+        if self.end is None:
+            e = lengths
+        else:
+            e = np.clip(lengths + self.end, 0, None) if self.end < 0 else np.minimum(self.end, lengths)
+        new_len = np.maximum(e - s, 0)
+        total = int(new_len.sum())
+        out_starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(new_len, out=out_starts[1:])
+        within = np.arange(total, dtype=np.int64) - np.repeat(out_starts[:-1], new_len)
+        take = np.repeat(offsets[:-1] + s, new_len) + within
+        values = arr.values
+        offset_type = np.int64 if pa.types.is_large_list(arr.type) else np.int32
+        if not self.pad:
+            mask = pa.array(~valid) if arr.null_count else None
+            return type(arr).from_arrays(pa.array(out_starts.astype(offset_type)), values.take(pa.array(take)),
+                                         type=arr.type, mask=mask)
+        width = self._fixed_length()
+        index = np.full(n * width, len(values), dtype=np.int64)  # the pad element, appended below
+        index[np.repeat(np.arange(n, dtype=np.int64) * width, new_len) + within] = take
+        padded = pa.concat_arrays([values, pa.array([self.pad_value], type=values.type)])
+        new_offsets = np.arange(0, n * width + 1, width, dtype=offset_type) if width else np.zeros(n + 1, offset_type)
+        return type(arr).from_arrays(pa.array(new_offsets), padded.take(pa.array(index)), type=arr.type)
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        schema = super().compute_output_schema(input_schema, columns)
+        if not self.pad:
+            return schema
+        width = self._fixed_length()
+        return Schema(c.with_properties(value_count={"min": width, "max": width}) for c in schema)

@@ -1,0 +1,223 @@
+"""Scaling of continuous columns: :class:`Normalize` (z-score) and :class:`NormalizeMinMax`.
+
+Statistics ignore NaN and +-inf (and nulls of nullable dtypes). They are computed per
+partition and merged: moments with Chan et al.'s parallel formula, extremes with min/max.
+Degenerate columns never produce NaN/inf from finite inputs: where the spread is 0 (a single
+value) or unknown (no finite value at fit, a warning names the column), every non-NaN value
+maps to 0. NaN stays NaN; +-inf maps to +-inf where the spread is positive.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.ops.base import Columns, NotFittedError, StatOperator, check_numeric, flatten_columns
+from tabloader.schema import Tags
+
+
+def finite_values(series: Any) -> Any:
+    """The finite values of a numeric column as a float64 numpy/CuPy array (nulls dropped)."""
+    x = backend.column_values(series, "float64")
+    xp = backend.array_lib(x)
+    finite = xp.isfinite(x)
+    return x if bool(finite.all()) else x[finite]
+
+
+def _check_out_dtype(op: Any) -> np.dtype:
+    dtype = np.dtype(op.out_dtype)
+    if dtype.kind != "f":
+        raise ValueError(f"{op.label}: out_dtype must be a float dtype, got {op.out_dtype!r}")
+    return dtype
+
+
+def _check_fitted_columns(op: StatOperator, columns: list[str], fitted: dict) -> None:
+    missing = [c for c in columns if c not in fitted]
+    if missing:
+        raise NotFittedError(f"{op.label} was not fitted on column(s) {missing} (fitted on {list(fitted)}); "
+                             "refit the workflow")
+
+
+def _scale(x: Any, offset: float, scale: float, out_dtype: np.dtype) -> Any:
+    """``(x - offset) / scale`` as ``out_dtype``; 0 for every non-NaN ``x`` when scale is 0 or unknown.
+
+    Works in float32 for float32 inputs with a float32 output, else in float64, with one
+    temporary array.
+    """
+    xp = backend.array_lib(x)
+    if not (scale > 0 and math.isfinite(scale) and math.isfinite(offset)):
+        return xp.where(xp.isnan(x), xp.nan, 0.0).astype(out_dtype)
+    work = np.result_type(x.dtype, out_dtype, np.float32)
+    tmp = xp.subtract(x, work.type(offset), dtype=work)
+    if out_dtype == work:
+        xp.divide(tmp, work.type(scale), out=tmp)
+        return tmp
+    out = xp.empty(tmp.shape, dtype=out_dtype)
+    xp.divide(tmp, work.type(scale), out=out, casting="same_kind")
+    return out
+
+
+def _values(series: Any) -> Any:
+    return backend.column_values(series) if backend.is_plain_numeric(series) else \
+        backend.column_values(series, "float64")
+
+
+class Normalize(StatOperator):
+    """Standardize continuous columns: ``(x - mean) / std``, output float32 by default.
+
+    ``std`` is the population standard deviation (``ddof=0``, as ``numpy.std``) of the finite
+    values; partial statistics ``(count, mean, M2)`` per partition are merged with Chan et
+    al.'s parallel formula, so any partitioning gives the same result to rounding. Outputs are
+    tagged ``continuous`` (``categorical`` is removed).
+
+    Semantics: NaN/null stays NaN; +-inf is left out of the statistics and maps to +-inf; a
+    column with ``std == 0`` (one distinct value) or without finite values maps every
+    non-NaN value to 0.
+
+    Args:
+        out_dtype: float dtype of the outputs (default ``"float32"``).
+
+    Fitted attributes: ``means_``, ``stds_``, ``counts_`` (dicts column -> value).
+
+    Example:
+        >>> import pandas as pd, tabloader as tl
+        >>> from tabloader.ops.normalize import Normalize
+        >>> wf = tl.Workflow(["x"] >> Normalize(), progress=False)
+        >>> out = wf.fit_transform(pd.DataFrame({"x": [1.0, 2.0, 3.0, None]}))
+        >>> out["x"].astype("float64").round(4).tolist()[:3], str(out["x"].dtype)
+        ([-1.2247, 0.0, 1.2247], 'float32')
+    """
+
+    output_tags = (Tags.CONTINUOUS,)
+    remove_tags = (Tags.CATEGORICAL,)
+
+    def __init__(self, out_dtype: str = "float32") -> None:
+        self.out_dtype = out_dtype
+        _check_out_dtype(self)
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int, float, float]]:
+        cols = flatten_columns(columns)
+        check_numeric(self, frame, cols)
+        stats = {}
+        for col in cols:
+            v = finite_values(frame[col])
+            n = int(v.size)
+            if n == 0:
+                stats[col] = (0, 0.0, 0.0)
+                continue
+            mean = float(v.mean())
+            d = v - mean
+            stats[col] = (n, mean, float((d * d).sum()))
+        return stats
+
+    def merge(self, left: dict, right: dict) -> dict:
+        return {c: _chan(left[c], right[c]) for c in left}
+
+    def finalize(self, columns: Columns, merged: dict) -> None:
+        empty = [c for c, (n, _, _) in merged.items() if n == 0]
+        if empty:
+            warnings.warn(f"Normalize: column(s) {empty} have no finite value at fit; their mean/std are NaN and "
+                          "their non-NaN values will map to 0", RuntimeWarning, stacklevel=2)
+        self.counts_ = {c: int(n) for c, (n, _, _) in merged.items()}
+        self.means_ = {c: (float(m) if n else float("nan")) for c, (n, m, _) in merged.items()}
+        self.stds_ = {c: (math.sqrt(max(m2, 0.0) / n) if n else float("nan")) for c, (n, _, m2) in merged.items()}
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        self.check_is_fitted(columns)
+        cols = flatten_columns(columns)
+        _check_fitted_columns(self, cols, self.means_)
+        check_numeric(self, frame, cols)
+        out_dtype = _check_out_dtype(self)
+        out = {c: _scale(_values(frame[c]), self.means_[c], self.stds_[c], out_dtype) for c in cols}
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"means": self.means_, "stds": self.stds_, "counts": self.counts_} if self.is_fitted else {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "means" in state:
+            self.means_ = {k: float(v) for k, v in state["means"].items()}
+            self.stds_ = {k: float(v) for k, v in state["stds"].items()}
+            self.counts_ = {k: int(v) for k, v in state["counts"].items()}
+
+
+def _chan(a: tuple[int, float, float], b: tuple[int, float, float]) -> tuple[int, float, float]:
+    """Merge (count, mean, M2) moments (Chan, Golub & LeVeque 1979)."""
+    na, ma, m2a = a
+    nb, mb, m2b = b
+    if na == 0:
+        return b
+    if nb == 0:
+        return a
+    n = na + nb
+    delta = mb - ma
+    return n, ma + delta * (nb / n), m2a + m2b + delta * delta * (na * nb / n)
+
+
+class NormalizeMinMax(StatOperator):
+    """Scale continuous columns to ``[0, 1]``: ``(x - min) / (max - min)``, output float32 by default.
+
+    ``min``/``max`` are those of the finite values seen at fit; later values outside them map
+    outside ``[0, 1]`` (no clipping). ``max == min`` (or no finite value at fit) maps every
+    non-NaN value to 0; NaN stays NaN. Outputs are tagged ``continuous``.
+
+    Args:
+        out_dtype: float dtype of the outputs (default ``"float32"``).
+
+    Fitted attributes: ``mins_``, ``maxs_`` (dicts column -> float).
+
+    Example:
+        >>> import pandas as pd, tabloader as tl
+        >>> from tabloader.ops.normalize import NormalizeMinMax
+        >>> wf = tl.Workflow(["x"] >> NormalizeMinMax(), progress=False)
+        >>> wf.fit_transform(pd.DataFrame({"x": [2.0, 4.0, 6.0]}))["x"].tolist()
+        [0.0, 0.5, 1.0]
+    """
+
+    output_tags = (Tags.CONTINUOUS,)
+    remove_tags = (Tags.CATEGORICAL,)
+
+    def __init__(self, out_dtype: str = "float32") -> None:
+        self.out_dtype = out_dtype
+        _check_out_dtype(self)
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[float, float]]:
+        cols = flatten_columns(columns)
+        check_numeric(self, frame, cols)
+        stats = {}
+        for col in cols:
+            v = finite_values(frame[col])
+            stats[col] = (float(v.min()), float(v.max())) if v.size else (math.inf, -math.inf)
+        return stats
+
+    def merge(self, left: dict, right: dict) -> dict:
+        return {c: (min(left[c][0], right[c][0]), max(left[c][1], right[c][1])) for c in left}
+
+    def finalize(self, columns: Columns, merged: dict) -> None:
+        empty = [c for c, (lo, hi) in merged.items() if lo > hi]
+        if empty:
+            warnings.warn(f"NormalizeMinMax: column(s) {empty} have no finite value at fit; their min/max are NaN "
+                          "and their non-NaN values will map to 0", RuntimeWarning, stacklevel=2)
+        self.mins_ = {c: (lo if lo <= hi else float("nan")) for c, (lo, hi) in merged.items()}
+        self.maxs_ = {c: (hi if lo <= hi else float("nan")) for c, (lo, hi) in merged.items()}
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        self.check_is_fitted(columns)
+        cols = flatten_columns(columns)
+        _check_fitted_columns(self, cols, self.mins_)
+        check_numeric(self, frame, cols)
+        out_dtype = _check_out_dtype(self)
+        out = {c: _scale(_values(frame[c]), self.mins_[c], self.maxs_[c] - self.mins_[c], out_dtype) for c in cols}
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"mins": self.mins_, "maxs": self.maxs_} if self.is_fitted else {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "mins" in state:
+            self.mins_ = {k: float(v) for k, v in state["mins"].items()}
+            self.maxs_ = {k: float(v) for k, v in state["maxs"].items()}

@@ -1,0 +1,184 @@
+"""Element-wise numeric transforms: :class:`LogOp`, :class:`Clip`, :class:`Bucketize`.
+
+They need no fitting and work column by column on the arrays (numpy on the CPU, CuPy on the
+GPU), without copying the inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.ops.base import Columns, Operator, check_numeric, flatten_columns
+from tabloader.schema import Schema, Tags
+
+
+class LogOp(Operator):
+    """``log(1 + x)`` of continuous columns (NVTabular's LogOp), tagged ``continuous``.
+
+    Values below -1 give NaN and -1 gives -inf, as ``numpy.log1p`` (no warning is raised):
+    put ``Clip(min_value=0)`` before LogOp for counts that may be negative. NaN stays NaN.
+    float32 stays float32 (computed as ``log(float64(x) + 1)`` rounded to float32, which equals
+    the correctly rounded ``log1p`` for ``|x| >= 1e-8`` and is 2x faster than numpy's float32
+    log1p); float64 and integers give float64 via ``numpy.log1p``.
+
+    Example:
+        >>> import pandas as pd
+        >>> from tabloader.ops.numeric import LogOp
+        >>> LogOp().transform(["x"], pd.DataFrame({"x": [0.0, 9.0, -1.0]}))["x"].round(4).tolist()
+        [0.0, 2.3026, -inf]
+    """
+
+    output_tags = (Tags.CONTINUOUS,)
+    remove_tags = (Tags.CATEGORICAL,)
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        cols = flatten_columns(columns)
+        check_numeric(self, frame, cols)
+        out = {}
+        for col in cols:
+            series = frame[col]
+            x = backend.column_values(series) if backend.is_plain_numeric(series) else \
+                backend.column_values(series, "float64")
+            xp = backend.array_lib(x)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                if x.dtype == np.float32:
+                    y = x.astype(np.float64)
+                    y += 1.0
+                    xp.log(y, out=y)
+                    out[col] = y.astype(np.float32)
+                else:
+                    out[col] = xp.log1p(x, dtype=np.float64)
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+
+class Clip(Operator):
+    """Limit values to ``[min_value, max_value]`` (either bound may be None). Tags are kept.
+
+    The dtype is kept: bounds are cast to the column's dtype (for integer columns a fractional
+    lower bound is rounded up and an upper bound down, which clips to the same integers).
+    NaN stays NaN.
+
+    Example:
+        >>> import pandas as pd
+        >>> from tabloader.ops.numeric import Clip
+        >>> Clip(min_value=0).transform(["x"], pd.DataFrame({"x": [-3, 5]}))["x"].tolist()
+        [0, 5]
+    """
+
+    def __init__(self, min_value: float | None = None, max_value: float | None = None) -> None:
+        self.min_value = min_value
+        self.max_value = max_value
+        if min_value is None and max_value is None:
+            raise ValueError("Clip needs min_value, max_value or both")
+        if min_value is not None and max_value is not None and min_value > max_value:
+            raise ValueError(f"Clip: min_value {min_value} is greater than max_value {max_value}")
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        cols = flatten_columns(columns)
+        check_numeric(self, frame, cols)
+        out = {}
+        for col in cols:
+            series = frame[col]
+            dtype = _numpy_dtype(series.dtype)
+            lo, hi = _bound(self.min_value, dtype, math.ceil), _bound(self.max_value, dtype, math.floor)
+            if dtype.kind in "iu" and lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"Clip: no integer of column {col!r} lies in [{self.min_value}, {self.max_value}]")
+            if not backend.is_plain_numeric(series):  # nullable / arrow dtypes: the frame library clips
+                out[col] = series.clip(lo, hi)
+                continue
+            x = backend.column_values(series)
+            out[col] = backend.array_lib(x).clip(x, lo, hi)
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype behind a numpy, pandas-nullable, arrow or cuDF numeric dtype."""
+    for candidate in (getattr(dtype, "numpy_dtype", None), dtype):
+        if candidate is None:
+            continue
+        try:
+            return np.dtype(candidate)
+        except TypeError:
+            continue
+    return np.dtype("float64")
+
+
+def _bound(value: float | None, dtype: np.dtype, rounding: Any) -> Any:
+    if value is None:
+        return None
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if math.isinf(value):
+            return info.max if value > 0 else info.min
+        return dtype.type(min(max(rounding(value), info.min), info.max))
+    return dtype.type(value)
+
+
+class Bucketize(Operator):
+    """Map continuous values to bucket ids ``0 .. len(boundaries)`` (``numpy.digitize`` semantics).
+
+    With increasing boundaries ``b``, a value ``x`` gets id ``i`` when ``b[i-1] <= x < b[i]``
+    (intervals closed on the left: ``x == b[i]`` goes up to bucket ``i + 1``); values below
+    ``b[0]`` get 0 and values ``>= b[-1]`` get ``len(b)``. NaN lands in the last bucket, as in
+    ``numpy.digitize``: fill nulls first to choose otherwise. Outputs are int64, tagged
+    ``categorical`` (``continuous`` is removed) with ``cardinality = len(b) + 1`` in the schema.
+
+    Args:
+        boundaries: a list of strictly increasing finite numbers for every column, or a dict
+            column -> list.
+
+    Example:
+        >>> import pandas as pd
+        >>> from tabloader.ops.numeric import Bucketize
+        >>> Bucketize([0, 10]).transform(["x"], pd.DataFrame({"x": [-5, 0, 3, 10, 99]}))["x"].tolist()
+        [0, 1, 1, 2, 2]
+    """
+
+    output_tags = (Tags.CATEGORICAL,)
+    remove_tags = (Tags.CONTINUOUS,)
+
+    def __init__(self, boundaries: Sequence[float] | Mapping[str, Sequence[float]]) -> None:
+        self.boundaries = boundaries
+        for name, b in (boundaries.items() if isinstance(boundaries, Mapping) else [(None, boundaries)]):
+            _check_boundaries(b, name)
+
+    def _boundaries_of(self, col: str) -> np.ndarray:
+        if isinstance(self.boundaries, Mapping):
+            if col not in self.boundaries:
+                raise KeyError(f"Bucketize has no boundaries for column {col!r}; it has {list(self.boundaries)}")
+            return np.asarray(self.boundaries[col], dtype=np.float64)
+        return np.asarray(self.boundaries, dtype=np.float64)
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        cols = flatten_columns(columns)
+        check_numeric(self, frame, cols)
+        out = {}
+        for col in cols:
+            series = frame[col]
+            x = backend.column_values(series) if backend.is_plain_numeric(series) else \
+                backend.column_values(series, "float64")
+            xp = backend.array_lib(x)
+            bounds = xp.asarray(self._boundaries_of(col))
+            out[col] = xp.searchsorted(bounds, x, side="right").astype(np.int64)
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        out = []
+        for col in super().compute_output_schema(input_schema, columns):
+            card = len(self._boundaries_of(col.name)) + 1
+            out.append(col.with_properties(cardinality=card, domain={"min": 0, "max": card - 1}))
+        return Schema(out)
+
+
+def _check_boundaries(b: Any, name: str | None) -> None:
+    arr = np.asarray(b, dtype=np.float64)
+    where = f" for column {name!r}" if name is not None else ""
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"Bucketize boundaries{where} must be a non-empty list of numbers, got {b!r}")
+    if not np.isfinite(arr).all() or not (np.diff(arr) > 0).all():
+        raise ValueError(f"Bucketize boundaries{where} must be finite and strictly increasing, got {b!r}")
+

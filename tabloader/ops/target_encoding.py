@@ -1,0 +1,290 @@
+"""TargetEncoding: smoothed per-category target means, out-of-fold for training rows.
+
+The encoding of a category is ``(sum + p_smooth * global_mean) / (count + p_smooth)``, where
+``sum`` and ``count`` are the target's sum and number of non-null values over the rows of the
+category, and ``global_mean`` is the target's mean over all rows at fit.
+
+K-fold: every row has a fold, a deterministic function of its index label,
+``fold = splitmix64(fold_seed * 31 + label) % kfold`` (:func:`fold_of`), where ``label`` is
+the row's label in the partition's integer index (for a :class:`~tabloader.Dataset` built from
+a DataFrame, the row number in that frame; for files, the position in the partition; for a
+non-integer index, the position in the partition). Fit keeps the statistics per fold; at
+transform a row of fold ``f`` is encoded with the statistics of the other folds only, so a
+training row's own target never leaks into its feature. Fit and transform of the same Dataset
+therefore agree on every row's fold, whatever the partitioning of a DataFrame source.
+
+Validation and test data should get full-data encodings: transform them with a copy of the
+fitted workflow in which ``out_of_fold`` is off -- ``full_data_workflow(workflow)`` -- or use
+``kfold=1`` (no folds at all).
+
+Example:
+    >>> import pandas as pd
+    >>> from tabloader.workflow import Workflow
+    >>> df = pd.DataFrame({"c": ["a", "a", "b", "b"], "label": [1, 1, 0, 1]})
+    >>> wf = Workflow(["c"] >> TargetEncoding("label", kfold=1, p_smooth=0), progress=False)
+    >>> wf.fit_transform(df)["TE_c_label"].tolist()
+    [1.0, 1.0, 0.5, 0.5]
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tabloader import backend
+from tabloader.ops.base import Columns, NotFittedError, StatOperator, check_numeric
+from tabloader.ops.categorify import ValueLookup, _arrow_to_pandas, concat_keys, group_keys, null_mask
+from tabloader.ops.groupby import float_values, key_groups, normalize_keys, split_null_rows
+from tabloader.ops.hashing import new_frame
+from tabloader.schema import ColumnSchema, Schema, Tags
+
+
+def fold_of(index: Any, kfold: int, fold_seed: int) -> np.ndarray:
+    """The fold of each row: ``splitmix64(fold_seed * 31 + label) % kfold`` (see the module docs).
+
+    Example:
+        >>> import pandas as pd
+        >>> f = fold_of(pd.RangeIndex(1000), 3, 42)
+        >>> sorted(set(f.tolist())), bool((fold_of(pd.RangeIndex(1000), 3, 42) == f).all())
+        ([0, 1, 2], True)
+    """
+    if kfold <= 1:
+        return np.zeros(len(index), dtype=np.int64)
+    index = backend.to_host(index) if backend.is_gpu_object(index) else index
+    if pd.api.types.is_integer_dtype(index.dtype):
+        labels = np.asarray(index, dtype=np.int64)
+    else:
+        labels = np.arange(len(index), dtype=np.int64)
+    seed = np.full(len(labels), int(fold_seed) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
+    return (backend.hash_combine(seed, labels.view(np.uint64)) % np.uint64(kfold)).astype(np.int64)
+
+
+class TargetEncoding(StatOperator):
+    """Encode categories by the smoothed mean of a target, k-fold out-of-fold for training rows.
+
+    Output columns are named ``TE_{cat}_{target}`` (``cat`` is the column, or ``a_b`` for a
+    tuple group), with dtype ``out_dtype``. Rows whose category has a null form their own
+    group; a category unseen at fit is encoded as the global mean. Target values that are
+    null are left out of sums and counts. The targets are read through
+    :meth:`dependencies`, so they need not be selected.
+
+    Parameters
+    ----------
+    target : str or list of str
+        Target column(s), numeric.
+    kfold : int
+        Number of folds (1: no folds, every row gets the full-data encoding).
+    p_smooth : float
+        Smoothing weight of the global mean.
+    fold_seed : int
+        Seed of the fold assignment (see :func:`fold_of`).
+    out_dtype : str
+        Output dtype.
+    out_of_fold : bool
+        Encode rows with the statistics of the other folds (training data). Set to False (see
+        :func:`full_data_workflow`) to encode validation or test data with all of the data.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from tabloader.workflow import Workflow
+    >>> df = pd.DataFrame({"c": [1, 1, 2, 2], "y": [1.0, 0.0, 1.0, 1.0]})
+    >>> wf = Workflow(["c"] >> TargetEncoding("y", kfold=1, p_smooth=4), progress=False)
+    >>> wf.fit_transform(df)["TE_c_y"].astype(float).round(4).tolist()
+    [0.6667, 0.6667, 0.8333, 0.8333]
+    """
+
+    def __init__(self, target: str | Sequence[str] = "label", kfold: int = 3, p_smooth: float = 20,
+                 fold_seed: int = 42, out_dtype: str = "float32", out_of_fold: bool = True) -> None:
+        self.target = target
+        self.kfold = kfold
+        self.p_smooth = p_smooth
+        self.fold_seed = fold_seed
+        self.out_dtype = out_dtype
+        self.out_of_fold = out_of_fold
+        if isinstance(kfold, bool) or not isinstance(kfold, (int, np.integer)) or kfold < 1:
+            raise ValueError(f"TargetEncoding: kfold must be an integer >= 1, got {kfold!r}")
+        if p_smooth < 0:
+            raise ValueError(f"TargetEncoding: p_smooth must be >= 0, got {p_smooth!r}")
+
+    @property
+    def targets(self) -> list[str]:
+        return [self.target] if isinstance(self.target, str) else list(self.target)
+
+    def dependencies(self) -> list[str]:
+        return self.targets
+
+    def output_column_names(self, columns: Columns) -> list[str]:
+        return [f"TE_{prefix}_{t}" for prefix, _ in key_groups(columns) for t in self.targets]
+
+    # --- fit -------------------------------------------------------------------------------
+    def _sums(self, codes: np.ndarray, folds: np.ndarray, ngroups: int, ys: list[np.ndarray]) -> np.ndarray:
+        """Array (ngroups, targets, kfold, 2) of [count, sum] of non-null targets."""
+        k = int(self.kfold)
+        out = np.zeros((ngroups, len(ys), k, 2))
+        cell = codes * k + folds
+        for j, y in enumerate(ys):
+            ok = ~np.isnan(y)
+            out[:, j, :, 0] = np.bincount(cell[ok], minlength=ngroups * k).reshape(ngroups, k)
+            out[:, j, :, 1] = np.bincount(cell[ok], weights=y[ok], minlength=ngroups * k).reshape(ngroups, k)
+        return out
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
+        check_numeric(self, frame, self.targets)
+        ys = [float_values(frame, t) for t in self.targets]
+        folds = fold_of(frame.index, int(self.kfold), self.fold_seed)
+        partial: dict[str, Any] = {"__global__": np.array([[np.sum(~np.isnan(y)), np.nansum(y)] for y in ys])}
+        for prefix, group in key_groups(columns):
+            cols = normalize_keys(self, group, frame)
+            mask, codes, keys, kinds = split_null_rows(cols)
+            rows = np.arange(len(frame)) if mask is None else np.flatnonzero(~mask)
+            groups = None
+            if keys is not None:
+                groups = {"keys": keys, "kinds": kinds,
+                          "sums": self._sums(codes, folds[rows], len(keys[0]), [y[rows] for y in ys])}
+            null = None
+            if mask is not None and mask.any():
+                nr = np.flatnonzero(mask)
+                null = self._sums(np.zeros(len(nr), np.int64), folds[nr], 1, [y[nr] for y in ys])
+            partial[prefix] = {"groups": groups, "null": null}
+        return partial
+
+    def merge(self, left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"__global__": left["__global__"] + right["__global__"]}
+        for prefix in left:
+            if prefix == "__global__":
+                continue
+            a, b = left[prefix], right[prefix]
+            null = a["null"] if b["null"] is None else b["null"] if a["null"] is None else a["null"] + b["null"]
+            groups = a["groups"] if b["groups"] is None else b["groups"] if a["groups"] is None else None
+            if a["groups"] is not None and b["groups"] is not None:
+                keys, kinds = concat_keys(a["groups"]["keys"], a["groups"]["kinds"], b["groups"]["keys"],
+                                          b["groups"]["kinds"], self, prefix)
+                codes, first, unique = group_keys(keys)
+                sums = np.concatenate([a["groups"]["sums"], b["groups"]["sums"]])
+                merged = np.zeros((len(first),) + sums.shape[1:])
+                np.add.at(merged, codes, sums)
+                groups = {"keys": unique, "kinds": kinds, "sums": merged}
+            out[prefix] = {"groups": groups, "null": null}
+        return out
+
+    def _stat_columns(self) -> list[str]:
+        return [f"{kind}_{t}_f{f}" for t in self.targets for f in range(int(self.kfold)) for kind in ("count", "sum")]
+
+    def finalize(self, columns: Columns, merged: dict[str, Any]) -> None:
+        glob = merged["__global__"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.global_mean_ = {t: float(glob[j, 1] / glob[j, 0]) if glob[j, 0] else float("nan")
+                                 for j, t in enumerate(self.targets)}
+        stats, nulls = {}, {}
+        names = self._stat_columns()
+        for prefix, group in key_groups(columns):
+            part = merged[prefix]
+            key_cols = [f"__key_{c}" for c in group]
+            g = part["groups"]
+            if g is None:
+                keys = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
+                sums = np.zeros((0, len(names)))
+            else:
+                keys = pd.DataFrame({k: _arrow_to_pandas(v) if not isinstance(v, np.ndarray) else v
+                                     for k, v in zip(key_cols, g["keys"])})
+                sums = g["sums"].reshape(len(keys), -1)
+            stats[prefix] = pd.concat([keys, pd.DataFrame(sums, columns=names)], axis=1)
+            null = part["null"].reshape(1, -1) if part["null"] is not None else np.zeros((1, len(names)))
+            nulls[prefix] = pd.DataFrame(null, columns=names)
+        self.stats_ = stats
+        self.null_stats_ = nulls
+        self._lookup = {}
+
+    # --- state -----------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        prefixes = list(self.stats_)
+        state: dict[str, Any] = {"prefixes": prefixes, "global_mean": self.global_mean_}
+        for i, p in enumerate(prefixes):
+            state[f"stats_{i}"] = self.stats_[p]
+            state[f"null_{i}"] = self.null_stats_[p]
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.global_mean_ = dict(state["global_mean"])
+        self.stats_ = {p: state[f"stats_{i}"] for i, p in enumerate(state["prefixes"])}
+        self.null_stats_ = {p: state[f"null_{i}"] for i, p in enumerate(state["prefixes"])}
+        self._lookup = {}
+
+    def clear(self) -> None:
+        super().clear()
+        self._lookup = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lookup", None)
+        return state
+
+    # --- transform -------------------------------------------------------------------------
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        k = int(self.kfold)
+        oof = bool(self.out_of_fold) and k > 1
+        folds = fold_of(frame.index, k, self.fold_seed) if oof else None
+        p = float(self.p_smooth)
+        out: dict[str, Any] = {}
+        for prefix, group in key_groups(columns):
+            if not hasattr(self, "stats_") or prefix not in self.stats_:
+                raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
+                                     "before transform")
+            table = self.stats_[prefix]
+            cache = self.__dict__.setdefault("_lookup", {})
+            lookup = cache.get(prefix)
+            if lookup is None:
+                lookup = cache[prefix] = ValueLookup([table[c] for c in table.columns if c.startswith("__key_")],
+                                                     self, prefix)
+            cols = normalize_keys(self, group, frame)
+            pos = lookup.positions(cols)
+            mask = null_mask(cols, "any")
+            n = len(pos)
+            for t in self.targets:
+                counts = table[[f"count_{t}_f{f}" for f in range(k)]].to_numpy()
+                sums = table[[f"sum_{t}_f{f}" for f in range(k)]].to_numpy()
+                null = self.null_stats_[prefix]
+                null_c = null[[f"count_{t}_f{f}" for f in range(k)]].to_numpy()[0]
+                null_s = null[[f"sum_{t}_f{f}" for f in range(k)]].to_numpy()[0]
+                c = np.zeros((n, k))
+                s = np.zeros((n, k))
+                seen = pos >= 0
+                c[seen], s[seen] = counts[pos[seen]], sums[pos[seen]]
+                if mask is not None:
+                    c[mask], s[mask] = null_c, null_s
+                cnt, tot = c.sum(axis=1), s.sum(axis=1)
+                if oof:
+                    rows = np.arange(n)
+                    cnt, tot = cnt - c[rows, folds], tot - s[rows, folds]
+                gm = self.global_mean_[t]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    te = np.where(cnt + p > 0, (tot + p * gm) / (cnt + p), gm)
+                out[f"TE_{prefix}_{t}"] = te.astype(self.out_dtype)
+        return new_frame(frame, out)
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
+        return Schema(ColumnSchema(name, self.out_dtype, {Tags.CONTINUOUS}) for name in self.output_column_names(columns))
+
+
+def full_data_workflow(workflow: Any) -> Any:
+    """A copy of a fitted workflow whose TargetEncoding ops encode with all folds (for validation data).
+
+    Example:
+        >>> import pandas as pd
+        >>> from tabloader.workflow import Workflow
+        >>> wf = Workflow(["c"] >> TargetEncoding("y"), progress=False)
+        >>> _ = wf.fit(pd.DataFrame({"c": [1, 2], "y": [0, 1]}))
+        >>> [n.op.out_of_fold for n in full_data_workflow(wf).nodes if n.kind == "op"]
+        [False]
+    """
+    wf = copy.deepcopy(workflow)
+    for node in wf.nodes:
+        if node.kind == "op" and isinstance(node.op, TargetEncoding):
+            node.op.out_of_fold = False
+    return wf

@@ -1,0 +1,360 @@
+"""Categorical operators against independent pandas / numpy / pure-Python computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tabloader as tl
+from tabloader.ops.base import NotFittedError
+from tabloader.ops.categorify import Categorify
+from tabloader.ops.groupby import JoinGroupby
+from tabloader.ops.hashing import HashBucket, HashedCross
+from tabloader.ops.target_encoding import TargetEncoding, fold_of, full_data_workflow
+from tabloader.workflow import Workflow
+
+M64 = (1 << 64) - 1
+
+
+# --- independent reference implementations ------------------------------------------------
+def splitmix64(x: int) -> int:
+    z = (x + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & M64
+    return h
+
+
+def py_hash(value) -> int:
+    if isinstance(value, str):
+        return splitmix64(fnv1a(value.encode("utf-8")))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return splitmix64(int(value) & M64)
+
+
+def py_cross(values) -> int:
+    null = 0x9AE16A3B2F90404F
+    hs = [null if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else py_hash(v) for v in values]
+    h = hs[0]
+    for x in hs[1:]:
+        h = splitmix64((h * 31 + x) & M64)
+    return h
+
+
+def is_null(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
+
+
+def expected_ids(values, fit_values=None, freq_threshold=0, max_size=0, num_buckets=1):
+    """Categorify ids computed with pandas value_counts and a dict."""
+    fit = pd.Series(list(values if fit_values is None else fit_values), dtype=object)
+    counts = fit[~fit.map(is_null)].value_counts()
+    table = pd.DataFrame({"value": counts.index, "count": counts.to_numpy()})
+    table = table.sort_values(["count", "value"], ascending=[False, True], kind="stable")
+    if freq_threshold:
+        table = table[table["count"] >= freq_threshold]
+    if max_size:
+        table = table.head(max_size)
+    ids = {v: 2 + num_buckets + i for i, v in enumerate(table["value"])}
+    out = []
+    for v in values:
+        if is_null(v):
+            out.append(1)
+        elif v in ids:
+            out.append(ids[v])
+        else:
+            out.append(2 + (py_hash(v) % num_buckets if num_buckets > 1 else 0))
+    return out, 2 + num_buckets + len(ids)
+
+
+def sample_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    ints = pd.array(rng.zipf(1.5, n) % 50, dtype="Int64")
+    ints[rng.random(n) < 0.1] = pd.NA
+    strs = pd.Series(rng.choice(["apple", "pear", "fig", "kiwi", "plum", "é"], n), dtype="str")
+    strs[rng.random(n) < 0.05] = None
+    return pd.DataFrame({
+        "i": ints,
+        "s": strs,
+        "j": rng.integers(0, 8, n),
+        "x": rng.normal(size=n),
+        "label": rng.integers(0, 2, n).astype(np.int64),
+    })
+
+
+def fit_transform(op, cols, data, part_size="128MB"):
+    wf = Workflow(cols >> op, progress=False)
+    ds = tl.Dataset(data, part_size=part_size)
+    wf.fit(ds)
+    return wf, wf.transform(ds).compute()
+
+
+# --- Categorify ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs", [{}, {"freq_threshold": 5}, {"max_size": 4}, {"num_buckets": 7, "freq_threshold": 3}])
+def test_categorify_matches_pandas(kwargs):
+    df = sample_frame()
+    wf, out = fit_transform(Categorify(**kwargs), ["i", "s"], df)
+    for col in ["i", "s"]:
+        values = [None if is_null(v) else v for v in df[col].tolist()]
+        exp, card = expected_ids(values, **kwargs)
+        assert out[col].tolist() == exp
+        assert wf.output_schema[col].properties["cardinality"] == card
+        assert out[col].dtype == np.int64
+
+
+def test_categorify_ties_broken_by_value_and_reserved_ids():
+    df = pd.DataFrame({"c": [30, 10, 20, 20, 10, 30, None]}, dtype="Int64")
+    _, out = fit_transform(Categorify(), ["c"], df)
+    # counts 10:2, 20:2, 30:2 -> ids by ascending value; null is 1; 0 and 2 unused
+    assert out["c"].tolist() == [5, 3, 4, 4, 3, 5, 1]
+
+
+def test_categorify_many_partitions_equal_one():
+    df = sample_frame(1000)
+    op1, op2 = Categorify(freq_threshold=2), Categorify(freq_threshold=2)
+    wf1, out1 = fit_transform(op1, ["i", "s", "j"], df)
+    wf2, out2 = fit_transform(op2, ["i", "s", "j"], df, part_size=2000)
+    assert tl.Dataset(df, part_size=2000).npartitions > 5
+    pd.testing.assert_frame_equal(out1, out2)
+    for key in op1.vocabularies_:
+        pd.testing.assert_frame_equal(op1.vocabularies_[key], op2.vocabularies_[key])
+    assert wf1.output_schema == wf2.output_schema
+
+
+def test_categorify_save_load_transform_identical(tmp_path):
+    df = sample_frame()
+    wf, out = fit_transform(Categorify(num_buckets={"i": 3}, freq_threshold=2), ["i", "s", ("j", "i")], df)
+    wf.save(str(tmp_path / "wf"))
+    loaded = Workflow.load(str(tmp_path / "wf"))
+    pd.testing.assert_frame_equal(loaded.transform(df), out)
+    assert loaded.output_schema == wf.output_schema
+
+
+def test_categorify_transform_before_fit_raises():
+    df = sample_frame(20)
+    with pytest.raises(NotFittedError, match="Categorify"):
+        Categorify().transform(["i"], df)
+    with pytest.raises(NotFittedError):
+        Workflow(["i"] >> Categorify(), progress=False).transform(df)
+
+
+def test_categorify_unseen_values_go_to_oov():
+    train = pd.DataFrame({"c": ["a", "a", "b"], "n": [1, 1, 2]})
+    test = pd.DataFrame({"c": ["b", "zzz", None, "a"], "n": [2, 99, 1, -5]})
+    wf = Workflow(["c", "n"] >> Categorify(), progress=False).fit(train)
+    out = wf.transform(test)
+    assert out["c"].tolist() == [4, 2, 1, 3]
+    assert out["n"].tolist() == [4, 2, 3, 2]
+    wf = Workflow(["c"] >> Categorify(num_buckets=5), progress=False).fit(train)
+    assert wf.transform(test)["c"].tolist()[1] == 2 + py_hash("zzz") % 5
+
+
+def test_categorify_all_null_and_empty_partitions(tmp_path):
+    df = pd.DataFrame({"c": pd.array([None] * 6, dtype="Int64"), "s": pd.Series([None] * 6, dtype="str")})
+    wf, out = fit_transform(Categorify(), ["c", "s"], df, part_size=8)
+    assert out["c"].tolist() == [1] * 6 and out["s"].tolist() == [1] * 6
+    assert wf.output_schema["c"].properties["cardinality"] == 3
+    assert wf.transform(pd.DataFrame({"c": pd.array([5], dtype="Int64"), "s": ["x"]}))["c"].tolist() == [2]
+    # an empty row group in a parquet file, and a 0-row frame at transform
+    data = pd.DataFrame({"c": pd.array([1, 2, 2], dtype="Int64")})
+    table = pa.Table.from_pandas(data, preserve_index=False)
+    with pq.ParquetWriter(tmp_path / "part.parquet", table.schema) as writer:
+        writer.write_table(table.slice(0, 0))
+        writer.write_table(table)
+    ds = tl.Dataset(str(tmp_path / "part.parquet"), part_size=1)
+    wf = Workflow(["c"] >> Categorify(), progress=False).fit(ds)
+    assert wf.transform(ds).compute()["c"].tolist() == [4, 3, 3]
+    empty = wf.transform(data.iloc[:0])
+    assert len(empty) == 0 and empty["c"].dtype == np.int64
+
+
+def test_categorify_output_schema():
+    df = pd.DataFrame({"c": np.arange(1000) % 300, "x": np.zeros(1000)})
+    wf = Workflow((["c"] >> Categorify(num_buckets=2, freq_threshold=1, dtype="int32")) + ["x"], progress=False)
+    wf.fit(df)
+    col = wf.output_schema["c"]
+    assert col.has_tag("categorical") and col.dtype == "int32"
+    assert col.properties["cardinality"] == 2 + 2 + 300
+    assert col.properties["embedding_dim"] == min(512, round(1.6 * 304 ** 0.56))
+    assert col.properties["num_buckets"] == 2
+    assert wf.transform(df)["c"].dtype == np.int32
+
+
+def test_categorify_list_column():
+    values = [[3, 1], None, [], [1, 1, None], [2]]
+    df = pd.DataFrame({"l": pd.Series(values, dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+    wf = Workflow(["l"] >> Categorify(), progress=False).fit(df)
+    out = wf.transform(df)["l"]
+    flat = [v for row in values if row for v in row]
+    ids, card = expected_ids(flat)
+    mapping = {v: i for v, i in zip(flat, ids) if v is not None}
+    expected = [None if row is None else [1 if v is None else mapping[v] for v in row] for row in values]
+    assert [None if v is pd.NA or v is None else list(v) for v in out.tolist()] == expected
+    assert wf.output_schema["l"].is_list and wf.output_schema["l"].has_tag("list")
+    assert wf.output_schema["l"].properties["cardinality"] == card
+
+
+def test_categorify_joint_and_combo():
+    df = pd.DataFrame({"a": ["x", "y", "y", "z", None], "b": ["y", "q", "x", "y", "y"]})
+    wf = Workflow([("a", "b")] >> Categorify(encode_type="joint"), progress=False).fit(df)
+    out = wf.transform(df)
+    pooled = df["a"].tolist() + df["b"].tolist()
+    ids, card = expected_ids(pooled)
+    assert out["a"].tolist() + out["b"].tolist() == ids
+    assert wf.output_schema["a"].properties["cardinality"] == wf.output_schema["b"].properties["cardinality"] == card
+
+    wf = Workflow([("a", "b")] >> Categorify(encode_type="combo"), progress=False).fit(df)
+    out = wf.transform(df)
+    assert out.columns.tolist() == ["a_b"]
+    pairs = [None if is_null(a) or is_null(b) else f"{a}|{b}" for a, b in zip(df["a"], df["b"])]
+    assert out["a_b"].tolist() == expected_ids(pairs)[0]
+
+
+def test_categorify_user_vocabulary():
+    df = pd.DataFrame({"c": ["b", "a", "c", None], "d": [1, 2, 2, 3]})
+    op = Categorify(vocabs={"c": ["c", "b"]})
+    out = op.transform(["c"], df)  # no fit needed for given vocabularies
+    assert out["c"].tolist() == [4, 2, 3, 1]
+    wf = Workflow(["c", "d"] >> Categorify(vocabs={"c": ["c", "b"]}), progress=False).fit(df)
+    out = wf.transform(df)
+    assert out["c"].tolist() == [4, 2, 3, 1] and out["d"].tolist() == [4, 3, 3, 5]
+    with pytest.raises(ValueError, match="repeats"):
+        Categorify(vocabs={"c": ["a", "a"]}).transform(["c"], df)
+
+
+def test_categorify_floats_and_categoricals_by_value():
+    df = pd.DataFrame({"f": [1.0, 2.5, 2.5, np.nan], "k": pd.Categorical(["u", "v", "v", None])})
+    _, out = fit_transform(Categorify(), ["f", "k"], df)
+    assert out["f"].tolist() == [4, 3, 3, 1] and out["k"].tolist() == [4, 3, 3, 1]
+    wf = Workflow(["n"] >> Categorify(), progress=False).fit(pd.DataFrame({"n": [7, 7, 8]}))
+    assert wf.transform(pd.DataFrame({"n": [7.0, 8.0, 7.5]}))["n"].tolist() == [3, 4, 2]
+
+
+def test_categorify_wrong_dtype_error_names_op_column_dtype():
+    df = pd.DataFrame({"t": pd.to_datetime(["2020-01-01", "2021-01-01"])})
+    with pytest.raises(TypeError, match=r"Categorify.*'t'.*datetime64"):
+        Workflow(["t"] >> Categorify(), progress=False).fit(df)
+    with pytest.raises(TypeError, match=r"HashBucket.*'t'.*datetime64"):
+        HashBucket(10).transform(["t"], df)
+
+
+# --- hashing ------------------------------------------------------------------------------
+def test_hash_bucket_matches_python_hash():
+    df = sample_frame(100)
+    out = HashBucket({"i": 17, "s": 5}).transform(["i", "s"], df)
+    for col, nb in [("i", 17), ("s", 5)]:
+        exp = [0 if is_null(v) else 1 + py_hash(v) % (nb - 1) for v in df[col].tolist()]
+        assert out[col].tolist() == exp
+    # same bucket whatever the integer width or nullability; integral floats too
+    a = HashBucket(1000).transform(["c"], pd.DataFrame({"c": np.array([1, 5, 9], dtype=np.int32)}))
+    b = HashBucket(1000).transform(["c"], pd.DataFrame({"c": [1.0, 5.0, 9.0]}))
+    assert a["c"].tolist() == b["c"].tolist()
+
+
+def test_hashed_cross_matches_python_hash_and_schema():
+    df = pd.DataFrame({"a": pd.array([1, 2, None, None], dtype="Int64"), "b": ["x", "y", "z", None]})
+    wf = Workflow([("a", "b")] >> HashedCross(101), progress=False).fit(df)
+    out = wf.transform(df)
+    exp = [1 + py_cross([a, b]) % 100 for a, b in zip(df["a"].tolist(), df["b"].tolist())]
+    exp[3] = 0  # all components null
+    assert out["a_b"].tolist() == exp
+    col = wf.output_schema["a_b"]
+    assert col.properties["cardinality"] == 101 and col.has_tag("categorical")
+
+
+# --- JoinGroupby --------------------------------------------------------------------------
+def test_join_groupby_matches_pandas_and_partitions(tmp_path):
+    df = sample_frame(600)
+    df.loc[::7, "x"] = np.nan
+    stats = ["count", "sum", "mean", "std", "var", "min", "max"]
+    wf1, out1 = fit_transform(JoinGroupby(["x"], stats=stats), ["i", ("s", "j")], df)
+    wf2, out2 = fit_transform(JoinGroupby(["x"], stats=stats), ["i", ("s", "j")], df, part_size=3000)
+    pd.testing.assert_frame_equal(out1, out2, check_exact=False, rtol=1e-9)
+    for keys, prefix in [(["i"], "i"), (["s", "j"], "s_j")]:
+        # documented: a row with a null in any key column belongs to the one null group
+        key = pd.Series([("null",) if any(is_null(v) for v in row) else row
+                         for row in df[keys].itertuples(index=False, name=None)], index=df.index)
+        grouped = df["x"].groupby(key)
+        agg = grouped.agg(["sum", "mean", "std", "var", "min", "max"])
+        exp = agg.loc[key].reset_index(drop=True)
+        assert out1[f"{prefix}_count"].tolist() == key.map(key.value_counts()).tolist()
+        for s in stats[1:]:
+            np.testing.assert_allclose(out1[f"{prefix}_x_{s}"], exp[s], rtol=1e-9, equal_nan=True)
+    wf1.save(str(tmp_path / "wf"))
+    pd.testing.assert_frame_equal(Workflow.load(str(tmp_path / "wf")).transform(df), out1)
+    unseen = wf1.transform(pd.DataFrame({"i": pd.array([999], dtype="Int64"), "s": ["zz"], "j": [0], "x": [1.0]}))
+    assert unseen["i_count"].tolist() == [0] and np.isnan(unseen["i_x_mean"]).all()
+    with pytest.raises(NotFittedError):
+        JoinGroupby(["x"]).transform(["i"], df)
+    with pytest.raises(TypeError, match="JoinGroupby.*'s'"):
+        JoinGroupby(["s"]).fit_partial(["i"], df)
+
+
+# --- TargetEncoding -----------------------------------------------------------------------
+def expected_te(df, key, target, kfold, p, seed=42):
+    folds = fold_of(df.index, kfold, seed)
+    keys = df[key].astype(object).where(df[key].notna(), "__null__").to_numpy()
+    y = df[target].to_numpy(float)
+    gm = y.mean()
+    out = []
+    for i in range(len(df)):
+        m = keys == keys[i]
+        if kfold > 1:
+            m &= folds != folds[i]
+        out.append((y[m].sum() + p * gm) / (m.sum() + p))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kfold", [1, 3])
+def test_target_encoding_matches_manual(kfold, tmp_path):
+    df = sample_frame(300)
+    wf1, out1 = fit_transform(TargetEncoding("label", kfold=kfold, p_smooth=10), ["i", "s"], df)
+    wf2, out2 = fit_transform(TargetEncoding("label", kfold=kfold, p_smooth=10), ["i", "s"], df, part_size=2000)
+    pd.testing.assert_frame_equal(out1, out2, check_exact=False, rtol=1e-6)
+    for key in ["i", "s"]:
+        np.testing.assert_allclose(out1[f"TE_{key}_label"], expected_te(df, key, "label", kfold, 10), rtol=1e-5)
+        assert out1[f"TE_{key}_label"].dtype == np.float32
+    wf1.save(str(tmp_path / "wf"))
+    pd.testing.assert_frame_equal(Workflow.load(str(tmp_path / "wf")).transform(df), out1)
+    full = full_data_workflow(wf1).transform(df)
+    np.testing.assert_allclose(full["TE_i_label"], expected_te(df, "i", "label", 1, 10), rtol=1e-5)
+
+
+def test_target_encoding_unseen_and_not_fitted():
+    df = pd.DataFrame({"c": [1, 1, 2], "label": [1.0, 0.0, 1.0]})
+    wf = Workflow(["c"] >> TargetEncoding(kfold=1, p_smooth=1), progress=False).fit(df)
+    out = wf.transform(pd.DataFrame({"c": [5], "label": [0.0]}))
+    assert out["TE_c_label"].tolist() == pytest.approx([2 / 3])
+    with pytest.raises(NotFittedError):
+        TargetEncoding().transform(["c"], df)
+
+
+# --- distributed --------------------------------------------------------------------------
+def _all_ops_workflow():
+    return Workflow((["i", "s", ("i", "j")] >> Categorify(num_buckets=3, freq_threshold=2))
+                    + (["i"] >> JoinGroupby(["x"], stats=["count", "mean", "std"]))
+                    + (["s"] >> TargetEncoding("label"))
+                    + ([("i", "s")] >> HashedCross(50)), progress=False)
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_local_cluster_gives_identical_results(processes):
+    distributed = pytest.importorskip("distributed")
+    df = sample_frame(800)
+    ds = tl.Dataset(df, part_size=4000)
+    expected = _all_ops_workflow().fit(ds).transform(df)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=processes,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        wf = _all_ops_workflow().fit(ds)
+        got = wf.transform(ds).compute()
+    pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-9)

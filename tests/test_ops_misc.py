@@ -1,0 +1,358 @@
+"""Column, row, lambda, lag and list operators: LambdaOp, Rename, AddTags, AddProperties,
+ReduceDtypeSize, Filter, Dropna, DifferenceLag, ValueCount, ListSlice.
+
+Functions used by saved workflows are defined at module level here: this module is importable
+by its name (``test_ops_misc``) because pytest puts ``tests/`` on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from tabloader.dataset import Dataset
+from tabloader.ops.base import NotFittedError
+from tabloader.ops.columns import AddProperties, AddTags, ReduceDtypeSize, Rename
+from tabloader.ops.difference_lag import DifferenceLag
+from tabloader.ops.lambdaop import LambdaOp
+from tabloader.ops.lists import ListSlice, ValueCount
+from tabloader.ops.rows import Dropna, Filter
+from tabloader.schema import ColumnSchema, Schema, Tags
+from tabloader.workflow import Workflow, import_qualified
+
+N = 400
+
+
+# --- module-level functions (saved by module:qualname) ----------------------------------------
+def times_ten(col):
+    return col * 10
+
+
+def minus_dep(col, deps):
+    return col - deps["b"]
+
+
+def upper_name(name):
+    return name.upper()
+
+
+def keep_positive_a(df):
+    return df["a"] > 0
+
+
+def not_a_mask(df):
+    return df["a"] * 2
+
+
+# --- data -------------------------------------------------------------------------------------
+def list_array(rng: np.random.Generator, n: int, null_every: int = 0) -> pa.Array:
+    rows = [list(rng.integers(1, 100, rng.integers(0, 7))) for _ in range(n)]
+    if null_every:
+        rows = [None if i % null_every == 3 else r for i, r in enumerate(rows)]
+    return pa.array(rows, type=pa.list_(pa.int64()))
+
+
+def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    user = np.sort(rng.integers(0, 40, n))
+    ts = np.zeros(n, dtype=np.int64)
+    for u in np.unique(user):  # sorted by time within user
+        idx = np.flatnonzero(user == u)
+        ts[idx] = np.sort(rng.integers(0, 10_000, idx.size))
+    a = rng.normal(0, 1, n)
+    a[::13] = np.nan
+    nullable = pd.array(rng.integers(-100, 100, n), dtype="Int64")
+    nullable[::7] = pd.NA
+    return pd.DataFrame({
+        "user": user, "ts": ts, "a": a, "b": rng.normal(5, 2, n),
+        "small": rng.integers(-3, 120, n).astype(np.int64), "mid": rng.integers(0, 40_000, n).astype(np.int64),
+        "big": rng.integers(-2**40, 2**40, n), "u8": rng.integers(0, 200, n).astype(np.uint64),
+        "nullable": nullable, "s": pd.Series(rng.choice(["x", "y", None], n), dtype="str"),
+        "genres": pd.arrays.ArrowExtensionArray(list_array(rng, n, null_every=11)),
+    })
+
+
+SCHEMA = Schema([ColumnSchema("user", "int64", {Tags.USER, Tags.CATEGORICAL}), ColumnSchema("ts", "int64"),
+                 ColumnSchema("a", "float64", {Tags.CONTINUOUS}), ColumnSchema("b", "float64", {Tags.CONTINUOUS}),
+                 ColumnSchema("small", "int64"), ColumnSchema("mid", "int64"), ColumnSchema("big", "int64"),
+                 ColumnSchema("u8", "uint64"), ColumnSchema("nullable", "Int64"), ColumnSchema("s", "string"),
+                 ColumnSchema("genres", "int64", {Tags.LIST}, is_list=True)])
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return make_frame()
+
+
+def one_part(df: pd.DataFrame) -> Dataset:
+    return Dataset(df, schema=SCHEMA)
+
+
+def many_parts(df: pd.DataFrame) -> Dataset:
+    ds = Dataset(df, part_size=4000, schema=SCHEMA)
+    assert ds.npartitions >= 8
+    return ds
+
+
+def save_load(wf: Workflow, tmp_path) -> Workflow:
+    path = str(tmp_path / "wf")
+    wf.save(path)
+    return Workflow.load(path)
+
+
+def assert_identical(left: pd.DataFrame, right: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(left, right, check_exact=True)
+
+
+# --- LambdaOp ---------------------------------------------------------------------------------
+def test_this_module_is_importable_by_name():
+    assert import_qualified("test_ops_misc:times_ten") is times_ten
+
+
+def test_lambdaop_applies_function_dtype_tags_and_round_trips(frame, tmp_path):
+    graph = (["small", "a"] >> LambdaOp(times_ten, dtype="float32", tags=["scaled"])) + \
+            (["a"] >> LambdaOp(minus_dep, dependency="b", label="a_minus_b") >> Rename(postfix="_mb"))
+    wf = Workflow(graph, progress=False).fit(one_part(frame))
+    out = wf.transform(frame)
+    np.testing.assert_array_equal(out["small"].to_numpy(), (frame["small"].to_numpy() * 10).astype(np.float32))
+    np.testing.assert_array_equal(out["a"].to_numpy(), (frame["a"].to_numpy() * 10).astype(np.float32))
+    np.testing.assert_array_equal(out["a_mb"].to_numpy(), frame["a"].to_numpy() - frame["b"].to_numpy())
+    assert out["a"].dtype == np.float32
+    assert wf.output_schema["a"].has_tag("scaled") and wf.output_schema["a"].has_tag(Tags.CONTINUOUS)
+    assert "a_minus_b" in repr(wf)
+    loaded = save_load(wf, tmp_path)
+    assert_identical(loaded.transform(frame), out)
+    assert loaded.output_schema == wf.output_schema
+
+
+def test_lambdaop_anonymous_lambda_refused_at_save(frame, tmp_path):
+    wf = Workflow(["a"] >> LambdaOp(lambda col: col + 1), progress=False).fit(frame)
+    assert wf.transform(frame)["a"].equals(frame["a"] + 1)  # it works in memory
+    with pytest.raises(ValueError, match="anonymous lambda"):
+        wf.save(str(tmp_path / "wf"))
+
+
+def test_lambdaop_bad_return_names_column(frame):
+    def scalar(col):
+        return 1.0
+
+    with pytest.raises(ValueError, match=r"one value per row for column 'a'"):
+        LambdaOp(scalar).transform(["a"], frame)
+
+
+# --- Rename, AddTags, AddProperties -----------------------------------------------------------
+def test_rename_function_postfix_name(frame, tmp_path):
+    graph = (["a", "b"] >> Rename(upper_name)) + (["user"] >> Rename(name="uid")) + (["ts"] >> Rename(postfix="_x"))
+    wf = Workflow(graph, progress=False).fit(one_part(frame))
+    out = wf.transform(frame)
+    assert list(out.columns) == ["A", "B", "uid", "ts_x"]
+    np.testing.assert_array_equal(out["uid"].to_numpy(), frame["user"].to_numpy())
+    assert wf.output_schema["uid"].tags == SCHEMA["user"].tags
+    assert_identical(save_load(wf, tmp_path).transform(frame), out)
+    with pytest.raises(ValueError, match="exactly one"):
+        Rename(postfix="_a", name="b")
+    with pytest.raises(ValueError, match="one column"):
+        Workflow(["a", "b"] >> Rename(name="z"), progress=False).fit(frame)
+
+
+def test_add_tags_and_properties_schema_only(frame, tmp_path):
+    graph = ["a", "b"] >> AddTags([Tags.TARGET, "custom"]) >> AddProperties(domain={"min": 0, "max": 1}, note="n")
+    wf = Workflow(graph, progress=False).fit(one_part(frame))
+    out = wf.transform(frame)
+    assert_identical(out, frame[["a", "b"]])
+    col = wf.output_schema["a"]
+    assert {"target", "custom", "continuous"} <= set(col.tags)
+    assert col.properties == {"domain": {"min": 0, "max": 1}, "note": "n"}
+    loaded = save_load(wf, tmp_path)
+    assert loaded.output_schema == wf.output_schema
+    assert_identical(loaded.transform(frame), out)
+
+
+# --- ReduceDtypeSize --------------------------------------------------------------------------
+def test_reduce_dtype_size(frame, tmp_path):
+    cols = ["small", "mid", "big", "u8", "nullable", "a", "s"]
+
+    def build():
+        return cols >> ReduceDtypeSize()
+
+    one = Workflow(build(), progress=False).fit(one_part(frame))
+    many = Workflow(build(), progress=False).fit(many_parts(frame))
+    out = one.transform(frame)
+    assert_identical(many.transform(frame), out)
+    expected = {"small": "int8", "mid": "int32", "big": "int64", "u8": "int16", "nullable": "Int8", "a": "float32",
+                "s": str(frame["s"].dtype)}
+    assert {c: str(out[c].dtype) for c in cols} == expected
+    for c in cols:
+        if c == "s":
+            assert out[c].equals(frame[c])
+        else:
+            np.testing.assert_array_equal(out[c].to_numpy(dtype="float64", na_value=np.nan),
+                                          frame[c].to_numpy(dtype="float64", na_value=np.nan).astype(
+                                              np.float32 if c == "a" else np.float64))
+    op = one.stat_nodes[0].op
+    assert op.ranges_["small"] == [int(frame["small"].min()), int(frame["small"].max())]
+    assert one.output_schema["nullable"].dtype == "int8"  # schema dtypes are arrow-derived names
+    assert_identical(save_load(one, tmp_path).transform(frame), out)
+    with pytest.raises(ValueError, match=r"'small'.*int8"):
+        one.transform(frame.assign(small=frame["small"] + 1000))
+    with pytest.raises(NotFittedError):
+        ReduceDtypeSize().transform(["small"], frame)
+    keep = Workflow(["a"] >> ReduceDtypeSize(float_dtype=None), progress=False).fit_transform(frame)
+    assert keep["a"].dtype == np.float64
+
+
+def test_reduce_dtype_size_empty_partitions_and_empty_data(frame):
+    import dask.dataframe as dd
+
+    ddf = dd.concat([dd.from_pandas(frame.iloc[:0], npartitions=1), dd.from_pandas(frame, npartitions=3),
+                     dd.from_pandas(frame.iloc[:0], npartitions=1)])
+    wf = Workflow(["small", "mid"] >> ReduceDtypeSize(), progress=False).fit(Dataset(ddf))
+    assert wf.stat_nodes[0].op.dtypes_ == {"small": "int8", "mid": "int32"}
+    empty = Workflow(["small"] >> ReduceDtypeSize(), progress=False).fit(frame.iloc[:0])
+    assert str(empty.transform(frame.iloc[:0])["small"].dtype) == "int8"
+
+
+# --- Filter, Dropna ---------------------------------------------------------------------------
+def test_filter_drops_rows_in_every_branch_and_round_trips(frame, tmp_path):
+    graph = (["a", "b"] >> Filter(keep_positive_a)) + ["user"]
+    wf = Workflow(graph, progress=False).fit(one_part(frame))
+    out = wf.transform(frame)
+    keep = frame["a"] > 0
+    assert_identical(out, frame.loc[keep, ["a", "b", "user"]])
+    ds_out = wf.transform(many_parts(frame))
+    assert ds_out.num_rows == int(keep.sum())
+    assert_identical(ds_out.compute(), frame.loc[keep, ["a", "b", "user"]].reset_index(drop=True))
+    assert_identical(save_load(wf, tmp_path).transform(frame), out)
+    assert Filter(keep_positive_a).preserves_rows is False
+    with pytest.raises(TypeError, match="boolean mask"):
+        Filter(not_a_mask).transform(["a"], frame)
+    with pytest.raises(ValueError, match="anonymous lambda"):
+        Workflow(["a"] >> Filter(lambda df: df["a"] > 0), progress=False).fit(frame).save(str(tmp_path / "x"))
+
+
+def test_dropna(frame, tmp_path):
+    graph = (["a", "nullable"] >> Dropna()) + ["ts"]
+    wf = Workflow(graph, progress=False).fit(one_part(frame))
+    out = wf.transform(frame)
+    keep = frame["a"].notna() & frame["nullable"].notna()
+    assert_identical(out, frame.loc[keep, ["a", "nullable", "ts"]])
+    assert_identical(save_load(wf, tmp_path).transform(frame), out)
+    assert len(Dropna().transform(["a"], frame.iloc[:0])) == 0
+
+
+# --- DifferenceLag ----------------------------------------------------------------------------
+def test_difference_lag_matches_groupby_diff(frame, tmp_path):
+    graph = ["ts", "a"] >> DifferenceLag("user", shift=[1, 2, -1])
+    wf = Workflow(graph, progress=False).fit(one_part(frame))
+    out = wf.transform(frame)
+    assert list(out.columns) == [f"{c}_difference_lag_{s}" for s in (1, 2, -1) for c in ("ts", "a")]
+    for s in (1, 2, -1):
+        for c in ("ts", "a"):
+            expected = frame.groupby("user")[c].diff(s).to_numpy(dtype="float64")
+            np.testing.assert_array_equal(out[f"{c}_difference_lag_{s}"].to_numpy(), expected)
+    assert wf.output_schema["ts_difference_lag_1"].has_tag(Tags.CONTINUOUS)
+    assert_identical(save_load(wf, tmp_path).transform(frame), out)
+    # keys given as a list, and read from the data when not selected; empty partitions work
+    two_keys = DifferenceLag(["user", "half"]).transform(["ts"], frame.assign(half=frame["user"] // 2))
+    np.testing.assert_array_equal(two_keys["ts_difference_lag_1"].to_numpy(), out["ts_difference_lag_1"].to_numpy())
+    assert len(DifferenceLag("user").transform(["ts"], frame.iloc[:0])) == 0
+    with pytest.raises(TypeError, match=r"DifferenceLag.*'s'"):
+        DifferenceLag("user").transform(["s"], frame)
+    with pytest.raises(ValueError):
+        DifferenceLag("user", shift=0)
+
+
+# --- ValueCount, ListSlice --------------------------------------------------------------------
+def test_value_count_min_max_lengths(frame, tmp_path):
+    lengths = [len(x) for x in frame["genres"].tolist() if x is not None and x is not pd.NA]
+    expected = {"min": min(lengths), "max": max(lengths)}
+    for ds in (one_part(frame), many_parts(frame)):
+        wf = Workflow(["genres"] >> ValueCount(), progress=False).fit(ds)
+        assert wf.stat_nodes[0].op.stats_ == {"genres": expected}
+        assert wf.output_schema["genres"].properties["value_count"] == expected
+    out = wf.transform(frame)
+    assert out["genres"].equals(frame["genres"])
+    loaded = save_load(wf, tmp_path)
+    assert loaded.output_schema["genres"].properties["value_count"] == expected
+    assert loaded.stat_nodes[0].op.stats_ == {"genres": expected}
+    with pytest.raises(NotFittedError):
+        ValueCount().transform(["genres"], frame)
+    with pytest.raises(TypeError, match=r"ValueCount.*'a'.*float64"):
+        Workflow(["a"] >> ValueCount(), progress=False).fit(frame)
+    objects = pd.DataFrame({"l": [[1, 2, 3], [], [4]]})  # Python lists are accepted too
+    assert Workflow(["l"] >> ValueCount(), progress=False).fit(objects).stat_nodes[0].op.stats_ == \
+        {"l": {"min": 0, "max": 3}}
+
+
+def _python_slice(rows, start, end, pad, pad_value):
+    out = []
+    for row in rows:
+        if row is None or row is pd.NA:
+            out.append(None if not pad else [pad_value] * width_of(start, end))
+            continue
+        sliced = list(row)[start:end]
+        if pad:
+            sliced = sliced + [pad_value] * (width_of(start, end) - len(sliced))
+        out.append(sliced)
+    return out
+
+
+def width_of(start, end):
+    return -start if end is None else end - start
+
+
+@pytest.mark.parametrize("start,end,pad", [(0, 3, False), (1, None, False), (-2, None, False), (2, 5, False),
+                                           (-4, -1, False), (1, -1, False), (0, 3, True), (-3, None, True),
+                                           (2, 4, True), (-5, -2, True)])
+def test_list_slice_matches_python_slicing(frame, start, end, pad):
+    out = ListSlice(start, end, pad=pad, pad_value=-7).transform(["genres"], frame)
+    got = [None if x is None or x is pd.NA else list(x) for x in out["genres"].tolist()]
+    assert got == _python_slice(frame["genres"].tolist(), start, end, pad, -7)
+    assert isinstance(out["genres"].dtype, pd.ArrowDtype)
+    assert out["genres"].dtype.pyarrow_dtype == pa.list_(pa.int64())
+
+
+def test_list_slice_workflow_large_list_sliced_arrays_and_errors(frame, tmp_path):
+    wf = Workflow(["genres"] >> ListSlice(0, 2, pad=True), progress=False).fit(many_parts(frame))
+    out = wf.transform(many_parts(frame)).compute()
+    assert all(len(x) == 2 for x in out["genres"].tolist())
+    assert wf.output_schema["genres"].properties["value_count"] == {"min": 2, "max": 2}
+    assert wf.output_schema["genres"].is_list
+    assert_identical(save_load(wf, tmp_path).transform(frame), wf.transform(frame))
+    large = pa.array([["1", "2", "3"], None, ["4", "5"]], type=pa.large_list(pa.string()))
+    df = pd.DataFrame({"l": pd.arrays.ArrowExtensionArray(large.slice(1))}, index=[10, 20])
+    out = ListSlice(-1).transform(["l"], df)
+    assert out["l"].dtype.pyarrow_dtype == pa.large_list(pa.string())
+    assert out["l"].tolist()[0] is pd.NA or out["l"].tolist()[0] is None
+    assert list(out["l"].tolist()[1]) == ["5"] and list(out.index) == [10, 20]
+    with pytest.raises(ValueError, match="fixed length"):
+        ListSlice(1, pad=True)
+    with pytest.raises(TypeError, match=r"ListSlice.*'a'"):
+        ListSlice(0, 1).transform(["a"], frame)
+    assert len(ListSlice(0, 2, pad=True).transform(["genres"], frame.iloc[:0])) == 0
+
+
+# --- distributed ------------------------------------------------------------------------------
+def test_two_worker_cluster_gives_identical_results(frame):
+    distributed = pytest.importorskip("distributed")
+
+    def build():
+        return ((["small", "mid", "nullable"] >> ReduceDtypeSize())
+                + (["genres"] >> ValueCount() >> ListSlice(-3, pad=True))
+                + (["a", "b"] >> LambdaOp(times_ten) >> Filter(keep_positive_a))
+                + (["ts"] >> DifferenceLag("user")))
+
+    local = Workflow(build(), progress=False).fit(many_parts(frame))
+    expected = local.transform(many_parts(frame)).compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
+                distributed.Client(cl):
+            remote = Workflow(build(), progress=False).fit(many_parts(frame))
+            got = remote.transform(many_parts(frame)).compute()
+    assert remote.output_schema == local.output_schema
+    assert_identical(got, expected)

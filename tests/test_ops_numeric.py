@@ -1,0 +1,384 @@
+"""Numeric operators: FillMissing, FillMedian (and its quantile sketch), Normalize,
+NormalizeMinMax, LogOp, Clip, Bucketize.
+
+Every expected value is computed here with pandas/numpy, independently of the operators.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tabloader.dataset import Dataset
+from tabloader.ops.base import NotFittedError
+from tabloader.ops.fill import FillMedian, FillMissing
+from tabloader.ops.normalize import Normalize, NormalizeMinMax
+from tabloader.ops.numeric import Bucketize, Clip, LogOp
+from tabloader.ops.sketch import QuantileSketch
+from tabloader.schema import ColumnSchema, Schema, Tags
+from tabloader.workflow import Workflow
+
+N = 600
+
+
+def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    a = rng.normal(3.0, 2.0, n)
+    a[rng.random(n) < 0.1] = np.nan
+    b = rng.exponential(5.0, n).astype(np.float32)
+    b[rng.random(n) < 0.2] = np.nan
+    c = rng.integers(-5, 50, n).astype(np.int64)
+    d = pd.array(rng.integers(0, 9, n), dtype="Int64")
+    d[rng.random(n) < 0.15] = pd.NA
+    return pd.DataFrame({"a": a, "b": b, "c": c, "d": d, "const": np.full(n, 7.5),
+                         "allnull": np.full(n, np.nan), "label": rng.integers(0, 2, n).astype(np.int32)})
+
+
+SCHEMA = Schema([ColumnSchema("a", "float64", {Tags.CONTINUOUS}), ColumnSchema("b", "float32", {Tags.CONTINUOUS}),
+                 ColumnSchema("c", "int64", {Tags.CATEGORICAL}), ColumnSchema("d", "Int64"),
+                 ColumnSchema("const", "float64"), ColumnSchema("allnull", "float64"),
+                 ColumnSchema("label", "int32", {Tags.TARGET})])
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return make_frame()
+
+
+def many_parts(df: pd.DataFrame) -> Dataset:
+    ds = Dataset(df, part_size=2000, schema=SCHEMA)
+    assert ds.npartitions >= 8
+    return ds
+
+
+def fit_one_and_many(build, df: pd.DataFrame) -> tuple[Workflow, Workflow]:
+    """The same graph fit on one partition and on many partitions."""
+    one = Workflow(build(), progress=False).fit(Dataset(df, schema=SCHEMA))
+    many = Workflow(build(), progress=False).fit(many_parts(df))
+    return one, many
+
+
+def save_load(wf: Workflow, tmp_path) -> Workflow:
+    path = str(tmp_path / "wf")
+    wf.save(path)
+    return Workflow.load(path)
+
+
+def assert_frames_identical(left: pd.DataFrame, right: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(left, right, check_exact=True)
+
+
+# --- FillMissing --------------------------------------------------------------------------------
+def test_fill_missing_matches_pandas_and_keeps_dtypes(frame):
+    out = Workflow(["a", "b", "c", "d", "allnull"] >> FillMissing(-1), progress=False).fit_transform(frame)
+    for col in ["a", "b", "c", "d", "allnull"]:
+        expected = frame[col].where(frame[col].notna(), -1)
+        np.testing.assert_array_equal(out[col].to_numpy(dtype="float64"), expected.to_numpy(dtype="float64"))
+        assert out[col].dtype == frame[col].dtype, col
+    assert (out["allnull"] == -1).all()
+
+
+def test_fill_missing_indicator_and_schema(frame):
+    wf = Workflow(["a", "b"] >> FillMissing(0.5, add_binary_cols=True), progress=False).fit(Dataset(frame, schema=SCHEMA))
+    out = wf.transform(frame)
+    assert list(out.columns) == ["a", "b", "a_filled", "b_filled"]
+    np.testing.assert_array_equal(out["a_filled"].to_numpy(), np.isnan(frame["a"].to_numpy()))
+    assert out["b_filled"].dtype == bool
+    assert out.loc[frame["b"].isna(), "b"].eq(0.5).all()
+    schema = wf.output_schema
+    assert schema["a_filled"].dtype == "bool" and schema["a_filled"].has_tag(Tags.BINARY)
+    assert schema["a"].has_tag(Tags.CONTINUOUS)
+
+
+def test_fill_missing_keeps_inf():
+    df = pd.DataFrame({"x": [np.inf, np.nan, -np.inf]})
+    assert FillMissing(0).transform(["x"], df)["x"].tolist() == [np.inf, 0.0, -np.inf]
+
+
+def test_fill_missing_empty_partition():
+    df = pd.DataFrame({"x": np.array([], dtype=np.float64)})
+    out = Workflow(["x"] >> FillMissing(0, add_binary_cols=True), progress=False).fit_transform(df)
+    assert len(out) == 0 and list(out.columns) == ["x", "x_filled"]
+
+
+# --- the quantile sketch -----------------------------------------------------------------------
+@pytest.mark.parametrize("dist", ["lognormal", "normal_mixed_sign", "integers"])
+def test_sketch_median_within_documented_bound(dist):
+    rng = np.random.default_rng(1)
+    n = 400_001
+    x = {"lognormal": rng.lognormal(2.0, 3.0, n),
+         "normal_mixed_sign": rng.normal(0.3, 5.0, n),
+         "integers": rng.integers(0, 1000, n).astype(np.float64)}[dist]
+    a = 1e-3
+    sketch = None
+    for part in np.array_split(x, 37):  # merged from partial sketches of uneven parts
+        s = QuantileSketch.from_values(part, relative_accuracy=a)
+        sketch = s if sketch is None else sketch.merge(s)
+    assert not sketch.is_exact and sketch.count == n
+    srt = np.sort(x)
+    for q in (0.5, 0.1, 0.9, 0.0, 1.0):
+        h = q * (n - 1)
+        bound = a * max(abs(srt[math.floor(h)]), abs(srt[math.ceil(h)])) * (1 + 1e-9)
+        assert abs(sketch.quantile(q) - np.quantile(x, q)) <= bound, (dist, q)
+
+
+def test_sketch_is_exact_when_small_and_independent_of_partitioning():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=1000)
+    x[::17] = np.nan
+    x[::31] = np.inf
+    finite = x[np.isfinite(x)]
+    s = QuantileSketch.from_values(x)
+    assert s.is_exact and s.count == finite.size
+    for q in (0.0, 0.25, 0.5, 0.77, 1.0):
+        assert s.quantile(q) == np.quantile(finite, q)
+    big = rng.lognormal(size=50_000)
+    whole = QuantileSketch.from_values(big)
+    parts = [QuantileSketch.from_values(p) for p in np.array_split(big, 13)]
+    left = parts[0]
+    for p in parts[1:]:
+        left = left.merge(p)
+    right = parts[-1]
+    for p in reversed(parts[:-1]):
+        right = p.merge(right)
+    for q in (0.1, 0.5, 0.9):
+        assert whole.quantile(q) == left.quantile(q) == right.quantile(q)
+    assert math.isnan(QuantileSketch.from_values(np.array([np.nan])).quantile(0.5))
+
+
+# --- FillMedian ---------------------------------------------------------------------------------
+def test_fill_median_small_is_exact_and_partition_independent(frame, tmp_path):
+    def build():
+        return ["a", "b", "d"] >> FillMedian(add_binary_cols=True)
+
+    one, many = fit_one_and_many(build, frame)
+    expected = {c: float(np.median(frame[c].dropna().to_numpy(dtype="float64"))) for c in ["a", "b", "d"]}
+    op_one = one.stat_nodes[0].op
+    assert op_one.medians_ == expected == many.stat_nodes[0].op.medians_
+    out = one.transform(frame)
+    for c in ["a", "b", "d"]:
+        fill = np.float32(expected[c]) if c == "b" else expected[c]  # a float32 column holds it as float32
+        np.testing.assert_array_equal(out[c].to_numpy(dtype="float64"),
+                                      frame[c].astype("float64").fillna(float(fill)).to_numpy())
+        np.testing.assert_array_equal(out[f"{c}_filled"].to_numpy(), frame[c].isna().to_numpy())
+    assert out["a"].dtype == np.float64 and out["b"].dtype == np.float32
+    assert_frames_identical(save_load(one, tmp_path).transform(frame), out)
+    assert one.output_schema["d"].has_tag(Tags.CONTINUOUS)
+
+
+def test_fill_median_large_within_bound_and_partition_independent():
+    rng = np.random.default_rng(3)
+    n = 120_000
+    x = rng.lognormal(1.0, 2.0, n)
+    x[rng.random(n) < 0.05] = np.nan
+    x[:10] = np.inf
+    df = pd.DataFrame({"x": x})
+    medians = []
+    for ds in (Dataset(df), Dataset(df, part_size=64_000)):
+        wf = Workflow(["x"] >> FillMedian(), progress=False).fit(ds)
+        medians.append(wf.stat_nodes[0].op.medians_["x"])
+    assert medians[0] == medians[1]
+    finite = np.sort(x[np.isfinite(x)])
+    m = finite.size
+    assert abs(medians[0] - np.median(finite)) <= 1e-3 * max(finite[(m - 1) // 2], finite[m // 2]) * (1 + 1e-9)
+
+
+def test_fill_median_all_null_warns_and_leaves_nulls(frame):
+    with pytest.warns(RuntimeWarning, match="allnull"):
+        wf = Workflow(["allnull", "const"] >> FillMedian(), progress=False).fit(frame)
+    out = wf.transform(frame)
+    assert out["allnull"].isna().all() and (out["const"] == 7.5).all()
+
+
+def test_fill_median_before_fit_and_wrong_dtype_names_op_column_dtype(frame):
+    with pytest.raises(NotFittedError, match="FillMedian"):
+        FillMedian().transform(["a"], frame)
+    with pytest.raises(NotFittedError):
+        Workflow(["a"] >> FillMedian(), progress=False).transform(frame)
+    df = pd.DataFrame({"s": pd.Series(["x", None, "y"], dtype="str")})
+    with pytest.raises(TypeError, match=r"FillMedian.*'s'.*str"):
+        Workflow(["s"] >> FillMedian(), progress=False).fit(df)
+
+
+# --- Normalize ----------------------------------------------------------------------------------
+def test_normalize_matches_numpy_on_many_partitions(frame, tmp_path):
+    def build():
+        return ["a", "b", "c", "d"] >> Normalize()
+
+    one, many = fit_one_and_many(build, frame)
+    for c in ["a", "b", "c", "d"]:
+        v = frame[c].to_numpy(dtype="float64", na_value=np.nan)
+        v = v[np.isfinite(v)]
+        for wf in (one, many):
+            op = wf.stat_nodes[0].op
+            assert op.means_[c] == pytest.approx(v.mean(), rel=1e-6)
+            assert op.stds_[c] == pytest.approx(v.std(), rel=1e-6)
+    out = many.transform(frame)
+    for c in ["a", "b", "c", "d"]:
+        v = frame[c].to_numpy(dtype="float64", na_value=np.nan)
+        fv = v[np.isfinite(v)]
+        expected = (v - fv.mean()) / fv.std()
+        assert out[c].dtype == np.float32
+        np.testing.assert_allclose(out[c].to_numpy(), expected, rtol=1e-5, atol=1e-5)
+        assert np.array_equal(np.isnan(out[c].to_numpy()), np.isnan(v))
+    assert_frames_identical(save_load(many, tmp_path).transform(frame), out)
+    schema = many.output_schema
+    assert schema["c"].has_tag(Tags.CONTINUOUS) and not schema["c"].has_tag(Tags.CATEGORICAL)
+    assert schema["a"].dtype == "float32"
+
+
+def test_normalize_single_value_all_null_inf_and_empty(frame):
+    df = pd.DataFrame({"const": [7.5, 7.5, np.nan, 7.5], "allnull": [np.nan] * 4,
+                       "inf": [1.0, np.inf, 3.0, -np.inf]})
+    with pytest.warns(RuntimeWarning, match="allnull"):
+        wf = Workflow(["const", "allnull", "inf"] >> Normalize(out_dtype="float64"), progress=False).fit(df)
+    out = wf.transform(df)
+    assert out["const"].tolist()[:2] == [0.0, 0.0] and np.isnan(out["const"][2])
+    assert out["allnull"].isna().all()
+    op = wf.stat_nodes[0].op
+    assert op.means_["inf"] == 2.0 and op.stds_["inf"] == 1.0  # inf excluded from the statistics
+    assert out["inf"].tolist() == [-1.0, np.inf, 1.0, -np.inf]
+    assert out.dtypes.eq(np.float64).all()
+    # unseen finite values of a degenerate column still map to 0 (never NaN/inf)
+    other = pd.DataFrame({"const": [1.0, 1e9], "allnull": [3.0, -np.inf], "inf": [2.0, 2.0]})
+    out2 = wf.transform(other)
+    assert out2["const"].tolist() == [0.0, 0.0] and out2["allnull"].tolist() == [0.0, 0.0]
+    empty = wf.transform(df.iloc[:0])
+    assert len(empty) == 0 and empty.dtypes.eq(np.float64).all()
+
+
+def test_normalize_transform_before_fit_and_wrong_dtype(frame):
+    wf = Workflow(["a"] >> Normalize(), progress=False)
+    with pytest.raises(NotFittedError):
+        wf.transform(frame)
+    with pytest.raises(NotFittedError, match="Normalize"):
+        Normalize().transform(["a"], frame)
+    df = pd.DataFrame({"flag": [True, False], "s": ["u", "v"]})
+    with pytest.raises(TypeError, match=r"Normalize.*'flag'.*bool"):
+        Workflow(["flag"] >> Normalize(), progress=False).fit(df)
+    with pytest.raises(ValueError, match="float"):
+        Normalize(out_dtype="int32")
+
+
+def test_normalize_empty_partitions_merge(frame):
+    empty = frame.iloc[:0]
+    op = Normalize()
+    cols = ["a", "b"]
+    full = op.fit_partial(cols, frame)
+    merged = op.merge(op.merge(op.fit_partial(cols, empty), full), op.fit_partial(cols, empty))
+    assert merged == full
+    with pytest.warns(RuntimeWarning, match="no finite value"):
+        wf = Workflow(["a"] >> Normalize(), progress=False).fit(empty)
+    assert wf.transform(empty).shape == (0, 1)
+
+
+def test_normalize_minmax_matches_numpy(frame, tmp_path):
+    def build():
+        return ["a", "b", "c", "const"] >> NormalizeMinMax()
+
+    one, many = fit_one_and_many(build, frame)
+    out = many.transform(frame)
+    assert_frames_identical(out, one.transform(frame))
+    for c in ["a", "b", "c"]:
+        v = frame[c].to_numpy(dtype="float64", na_value=np.nan)
+        lo, hi = np.nanmin(v), np.nanmax(v)
+        np.testing.assert_allclose(out[c].to_numpy(), (v - lo) / (hi - lo), rtol=1e-6, atol=1e-7)
+        assert out[c].dtype == np.float32
+    assert (out["const"] == 0).all()
+    assert_frames_identical(save_load(many, tmp_path).transform(frame), out)
+    with pytest.raises(NotFittedError):
+        NormalizeMinMax().transform(["a"], frame)
+
+
+# --- LogOp, Clip, Bucketize --------------------------------------------------------------------
+def test_logop_matches_log1p_keeps_float32(frame):
+    out = Workflow(["a", "b", "c", "d"] >> LogOp, progress=False).fit_transform(frame.fillna({"a": 0}))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.log1p(frame["a"].fillna(0).to_numpy())
+        b = np.log1p(frame["b"].to_numpy().astype(np.float64)).astype(np.float32)
+        c = np.log1p(frame["c"].to_numpy().astype(np.float64))
+        d = np.log1p(frame["d"].to_numpy(dtype="float64", na_value=np.nan))
+    np.testing.assert_array_equal(out["a"].to_numpy(), a)
+    assert out["b"].dtype == np.float32
+    np.testing.assert_array_equal(out["b"].to_numpy(), b)
+    np.testing.assert_array_equal(out["c"].to_numpy(), c)  # NaN below -1, -inf at -1
+    np.testing.assert_array_equal(out["d"].to_numpy(), d)
+    edge = LogOp().transform(["x"], pd.DataFrame({"x": [-1.0, -2.0, np.inf, np.nan]}))["x"].to_numpy()
+    assert edge[0] == -np.inf and np.isnan(edge[1]) and edge[2] == np.inf and np.isnan(edge[3])
+    with pytest.raises(TypeError, match=r"LogOp.*'s'"):
+        LogOp().transform(["s"], pd.DataFrame({"s": ["x"]}))
+
+
+def test_clip_matches_numpy(frame):
+    out = Workflow(["a", "b", "c", "d"] >> Clip(min_value=0.5, max_value=6.5), progress=False).fit_transform(frame)
+    np.testing.assert_array_equal(out["a"].to_numpy(), np.clip(frame["a"].to_numpy(), 0.5, 6.5))
+    np.testing.assert_array_equal(out["b"].to_numpy(), np.clip(frame["b"].to_numpy(), np.float32(0.5), np.float32(6.5)))
+    assert out["b"].dtype == np.float32 and out["c"].dtype == np.int64
+    np.testing.assert_array_equal(out["c"].to_numpy(), np.clip(frame["c"].to_numpy(), 1, 6))
+    d = frame["d"].to_numpy(dtype="float64", na_value=np.nan)
+    np.testing.assert_array_equal(out["d"].to_numpy(dtype="float64", na_value=np.nan), np.clip(d, 1, 6))
+    lower = Clip(min_value=0).transform(["x"], pd.DataFrame({"x": [-np.inf, -1.0, np.nan, np.inf]}))["x"]
+    assert lower.tolist()[:2] == [0.0, 0.0] and np.isnan(lower[2]) and lower[3] == np.inf
+    with pytest.raises(ValueError):
+        Clip()
+    with pytest.raises(TypeError, match=r"Clip.*'s'"):
+        Clip(0, 1).transform(["s"], pd.DataFrame({"s": ["x"]}))
+
+
+def test_bucketize_matches_digitize_and_schema(frame, tmp_path):
+    bounds = {"a": [0.0, 2.0, 4.5], "c": [0, 10, 20, 30]}
+    wf = Workflow(["a", "c"] >> Bucketize(bounds), progress=False).fit(Dataset(frame, schema=SCHEMA))
+    out = wf.transform(frame)
+    for c, b in bounds.items():
+        expected = np.digitize(frame[c].to_numpy(), b, right=False)
+        np.testing.assert_array_equal(out[c].to_numpy(), expected)
+        assert out[c].dtype == np.int64
+        col = wf.output_schema[c]
+        assert col.properties["cardinality"] == len(b) + 1
+        assert col.has_tag(Tags.CATEGORICAL) and not col.has_tag(Tags.CONTINUOUS)
+    assert_frames_identical(save_load(wf, tmp_path).transform(frame), out)
+    same = Bucketize([1.0, 2.0]).transform(["x"], pd.DataFrame({"x": [1.0, 2.0, np.nan, 0.999]}))["x"].tolist()
+    assert same == [1, 2, 2, 0]  # left-closed buckets; NaN in the last, as numpy.digitize
+    with pytest.raises(ValueError, match="increasing"):
+        Bucketize([2.0, 1.0])
+    with pytest.raises(KeyError, match="'b'"):
+        Bucketize({"a": [1.0]}).transform(["b"], frame)
+
+
+# --- distributed --------------------------------------------------------------------------------
+def test_two_worker_cluster_gives_identical_results(frame):
+    distributed = pytest.importorskip("distributed")
+
+    def build():
+        conts = ["a", "b", "d"] >> FillMedian() >> Clip(min_value=0) >> LogOp >> Normalize()
+        return conts + (["c"] >> NormalizeMinMax()) + (["c"] >> Bucketize([0, 10]) >> Rename_c()) + ["label"]
+
+    local = Workflow(build(), progress=False).fit(many_parts(frame))
+    expected = local.transform(frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
+                distributed.Client(cl):
+            remote = Workflow(build(), progress=False).fit(many_parts(frame))
+            got = remote.transform(many_parts(frame)).compute()
+    assert_frames_identical(got, expected.reset_index(drop=True))
+
+
+def Rename_c():  # noqa: N802 - a small factory keeping the graph above readable
+    from tabloader.ops.columns import Rename
+
+    return Rename(postfix="_bucket")
+
+
+def test_fill_median_nullable_int_with_fractional_median_is_float64_in_every_partition(tmp_path):
+    df = pd.DataFrame({"k": pd.array([1, 2, 3, 4, None, 1, 2, 3, 4, None], dtype="Int64")})
+    wf = Workflow(["k"] >> FillMedian(), progress=False).fit(df)
+    assert wf.stat_nodes[0].op.medians_ == {"k": 2.5}
+    whole, no_nulls = wf.transform(df), wf.transform(df.iloc[:4])
+    assert whole["k"].dtype == no_nulls["k"].dtype == np.float64
+    assert whole["k"].tolist() == [1.0, 2.0, 3.0, 4.0, 2.5] * 2
+    assert_frames_identical(save_load(wf, tmp_path).transform(df), whole)
