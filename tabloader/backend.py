@@ -470,3 +470,32 @@ def list_column_from_arrow(array: Any, index: Any, name: Any, like: Any = None) 
         out.index, out.name = index, name
         return out
     return pd.Series(pd.arrays.ArrowExtensionArray(array), index=index, name=name, copy=False)
+
+
+ALIGNMENT = 64  # bytes; TensorFlow aborts on tensors imported from less aligned memory
+
+
+def aligned_empty(shape: Any, dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
+    """An uninitialized C-contiguous numpy array whose data starts on an ``alignment`` boundary.
+
+    Example:
+        >>> aligned_empty((2, 3), "int64").ctypes.data % 64
+        0
+    """
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
+    """A ``(ncols, rows)`` array whose every row (a column of a batch) starts aligned.
+
+    Rows are padded to a multiple of ``alignment`` bytes, so ``out[j]`` is a contiguous,
+    aligned 1-D array that TensorFlow and PyTorch can import by DLPack without a copy.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    per_row = -(-rows * itemsize // alignment) * alignment // itemsize
+    return aligned_empty((ncols, max(per_row, 1)), dtype, alignment)[:, :rows]

@@ -1,0 +1,161 @@
+"""Shared helpers of the benchmark scripts: cached synthetic data, timing, a table printer.
+
+Kept small and generic so every benchmark can reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+CRITEO_CATEGORICAL = [f"C{i}" for i in range(1, 27)]
+CRITEO_CONTINUOUS = [f"I{i}" for i in range(1, 14)]
+CRITEO_LABEL = "label"
+
+
+def preprocessed_criteo(path: str, rows: int, files: int = 10, seed: int = 0,
+                        row_group_size: int = 131_072) -> str:
+    """Write (once) ``rows`` preprocessed Criteo-like rows as ``files`` parquet files.
+
+    The rows look like the output of a preprocessing workflow: 26 int64 categorical ids in
+    ``[0, cardinality)`` (skewed towards small ids, as frequency-ordered encodings are), 13
+    float32 continuous values (standardized, no nulls) and a float32 ``label``; a
+    ``_schema.json`` gives the tags and cardinalities. Reused when ``path`` already holds data
+    of the same size (a ``_bench.json`` marker records it).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tabloader.schema import ColumnSchema, Schema, Tags
+    from tabloader.synthetic import criteo_cardinalities
+
+    marker = os.path.join(path, "_bench.json")
+    spec = {"rows": rows, "files": files, "seed": seed, "row_group_size": row_group_size, "kind": "criteo-pre"}
+    if os.path.exists(marker):
+        with open(marker) as f:
+            if json.load(f) == spec:
+                return path
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(path):
+        if name.endswith(".parquet"):
+            os.remove(os.path.join(path, name))
+    cards = criteo_cardinalities(len(CRITEO_CATEGORICAL))
+    bounds = np.linspace(0, rows, files + 1).astype(np.int64)
+    for i in range(files):
+        n = int(bounds[i + 1] - bounds[i])
+        rng = np.random.default_rng([seed, i])
+        cols: dict[str, Any] = {CRITEO_LABEL: (rng.random(n) < 0.25).astype(np.float32)}
+        for name in CRITEO_CONTINUOUS:
+            cols[name] = rng.standard_normal(n, dtype=np.float32)
+        for name, card in zip(CRITEO_CATEGORICAL, cards):
+            cols[name] = np.floor(card * rng.random(n) ** 3).astype(np.int64)
+        pq.write_table(pa.table(cols), os.path.join(path, f"part_{i:05d}.parquet"), row_group_size=row_group_size)
+    schema = Schema([ColumnSchema(CRITEO_LABEL, "float32", {Tags.TARGET, Tags.BINARY})]
+                    + [ColumnSchema(c, "float32", {Tags.CONTINUOUS}) for c in CRITEO_CONTINUOUS]
+                    + [ColumnSchema(c, "int64", {Tags.CATEGORICAL}, {"cardinality": k})
+                       for c, k in zip(CRITEO_CATEGORICAL, cards)])
+    schema.save(os.path.join(path, "_schema.json"))
+    with open(marker, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def timed(function: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
+    """Best wall time of ``repeat`` calls of ``function`` and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = function()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Print (and return) a Markdown table."""
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+# --- raw (unprocessed) Criteo-like data, peak memory -----------------------------------------
+DEFAULT_RAW_CRITEO = "/tmp/tabloader-bench/criteo-5M-10"
+
+
+def raw_criteo(path: str, rows: int, files: int = 10, seed: int = 0) -> str:
+    """Write (once) ``rows`` raw Criteo-like rows (:func:`tabloader.synthetic.write_criteo`) as
+    ``files`` parquet files in ``path``; reused when a ``_bench.json`` marker in ``path``
+    records the same size and seed."""
+    from tabloader.synthetic import write_criteo
+
+    marker = os.path.join(path, "_bench.json")
+    spec = {"rows": rows, "files": files, "seed": seed, "kind": "criteo-raw"}
+    if os.path.exists(marker):
+        with open(marker) as f:
+            if json.load(f) == spec:
+                return path
+    print(f"writing {rows:,} synthetic Criteo rows in {files} files to {path} (once) ...", flush=True)
+    write_criteo(path, rows, num_files=files, seed=seed, overwrite=True)
+    with open(marker, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB), from ``getrusage``."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+class RSSSampler:
+    """Samples the resident memory of this process and its children in a thread; ``peak_mb``.
+
+    Use as a context manager. Unlike ``getrusage`` it counts child processes (Dask workers)
+    together, as they are at the same moment.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval, self.peak_mb = interval, 0.0
+        self._stop = None
+        self._thread = None
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(self.interval):
+            try:
+                procs = [me] + me.children(recursive=True)
+                rss = sum(p.memory_info().rss for p in procs if p.is_running())
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            self.peak_mb = max(self.peak_mb, rss / 2**20)
+
+    def __enter__(self) -> "RSSSampler":
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()

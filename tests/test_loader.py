@@ -1,0 +1,356 @@
+"""The core batch loader: exactly-once epochs, determinism, resume, sharding, bounded memory,
+column roles, list columns and bad input. Expected values are computed here with numpy/pandas."""
+
+from __future__ import annotations
+
+import os
+import threading
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tabloader as tl
+from tabloader.loader import Loader, LoaderReadError, PartitionPlan
+from tabloader.schema import ColumnSchema, Schema, Tags
+
+ROW_BYTES = 8 + 8 + 4 + 4  # id, cat (int64), x, y (float32)
+
+
+def frame(start: int, n: int) -> pd.DataFrame:
+    ids = np.arange(start, start + n, dtype=np.int64)
+    return pd.DataFrame({"id": ids, "cat": ids % 7, "x": (ids * 0.5).astype(np.float32),
+                         "y": (ids % 2).astype(np.float32)})
+
+
+SCHEMA = Schema([ColumnSchema("id", "int64", {Tags.CATEGORICAL}), ColumnSchema("cat", "int64", {Tags.CATEGORICAL}),
+                 ColumnSchema("x", "float32", {Tags.CONTINUOUS}), ColumnSchema("y", "float32", {Tags.TARGET})])
+
+
+def write_dataset(path, sizes, row_group_size=None, schema=SCHEMA) -> str:
+    """One parquet file per entry of ``sizes`` (row ids consecutive) plus ``_schema.json``."""
+    os.makedirs(path, exist_ok=True)
+    start = 0
+    for i, n in enumerate(sizes):
+        pq.write_table(pa.Table.from_pandas(frame(start, n), preserve_index=False),
+                       os.path.join(path, f"part_{i:03d}.parquet"), row_group_size=row_group_size)
+        start += n
+    schema.save(os.path.join(path, "_schema.json"))
+    return str(path)
+
+
+def epoch_ids(loader) -> list[np.ndarray]:
+    return [np.asarray(f["id"]) for f, _ in loader]
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_dataset(tmp_path / "d", [100, 37, 250, 13], row_group_size=40)
+
+
+# --- every row exactly once ----------------------------------------------------------------
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 60), min_size=1, max_size=5), row_group=st.integers(5, 64),
+       batch_size=st.integers(1, 70), chunk_rows=st.integers(1, 200), shuffle=st.booleans(),
+       prefetch=st.booleans(), parts=st.one_of(st.none(), st.integers(1, 3)), seed=st.integers(0, 3))
+def test_every_row_exactly_once(tmp_path_factory, sizes, row_group, batch_size, chunk_rows, shuffle, prefetch, parts,
+                                seed):
+    path = write_dataset(tmp_path_factory.mktemp("p"), sizes, row_group_size=row_group)
+    ds = tl.Dataset(path, part_size=row_group * ROW_BYTES)  # about one row group per partition
+    loader = Loader(ds, batch_size, shuffle=shuffle, seed=seed, buffer_size=chunk_rows * ROW_BYTES,
+                    parts_per_chunk=parts, prefetch=prefetch)
+    expected = pd.concat([pd.read_parquet(os.path.join(path, f)) for f in sorted(os.listdir(path))
+                          if f.endswith(".parquet")])["id"].to_numpy()
+    for _ in range(2):
+        batches = [(f, y) for f, y in loader]
+        ids = np.concatenate([np.asarray(f["id"]) for f, _ in batches])
+        assert sorted(ids.tolist()) == sorted(expected.tolist())
+        assert len(batches) == len(loader) == -(-len(expected) // batch_size)
+        assert all(len(y) == batch_size for _, y in batches[:-1])
+        for f, y in batches:  # the columns of a row stay together
+            np.testing.assert_array_equal(f["cat"], f["id"] % 7)
+            np.testing.assert_array_equal(f["x"], (f["id"] * 0.5).astype(np.float32))
+            np.testing.assert_array_equal(y, (f["id"] % 2).astype(np.float32))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4), world=st.integers(1, 5),
+       batch_size=st.integers(1, 30), chunk_rows=st.integers(1, 100), drop_last=st.booleans())
+def test_ranks_disjoint_balanced(tmp_path_factory, sizes, world, batch_size, chunk_rows, drop_last):
+    path = write_dataset(tmp_path_factory.mktemp("r"), sizes)
+    total = sum(sizes)
+    if drop_last and total < world:
+        with pytest.raises(ValueError, match="ranks"):
+            Loader(tl.Dataset(path), batch_size, global_rank=0, global_size=world, drop_last=True)
+        return
+    loaders = [Loader(tl.Dataset(path), batch_size, seed=5, buffer_size=chunk_rows * ROW_BYTES, global_rank=r,
+                      global_size=world, drop_last=drop_last) for r in range(world)]
+    per_rank = [epoch_ids(ld) for ld in loaders]
+    counts = {len(b) for b in per_rank}
+    assert len(counts) == 1 and counts == {len(loaders[0])}  # same number of batches everywhere
+    ids = np.concatenate([np.concatenate(b) for b in per_rank if b] or [np.empty(0, np.int64)])
+    if drop_last:
+        per = total // world
+        assert len(ids) == world * (per // batch_size * batch_size)
+        assert len(set(ids.tolist())) == len(ids)  # disjoint
+    else:
+        per = -(-total // world)
+        assert len(ids) == world * per
+        assert set(ids.tolist()) == set(range(total))  # complete
+        assert len(ids) - len(set(ids.tolist())) == world * per - total  # only the padding repeats
+        assert world * per - total < world
+
+
+def test_more_ranks_than_partitions_split_rows(tmp_path):
+    path = write_dataset(tmp_path / "d", [10])
+    seen = [np.concatenate(epoch_ids(Loader(tl.Dataset(path), 2, global_rank=r, global_size=4))) for r in range(4)]
+    assert [len(s) for s in seen] == [3, 3, 3, 3]
+    assert set(np.concatenate(seen).tolist()) == set(range(10))
+
+
+# --- determinism and resume -----------------------------------------------------------------
+def test_same_seed_same_batches_epochs_differ(data):
+    a, b = Loader(tl.Dataset(data), 32, seed=7, buffer_size=120 * ROW_BYTES), Loader(tl.Dataset(data), 32, seed=7,
+                                                                                     buffer_size=120 * ROW_BYTES)
+    a0, b0 = epoch_ids(a), epoch_ids(b)
+    assert all(np.array_equal(x, y) for x, y in zip(a0, b0)) and len(a0) == len(b0)
+    a1 = epoch_ids(a)
+    assert not np.array_equal(np.concatenate(a0), np.concatenate(a1))
+    assert sorted(np.concatenate(a1).tolist()) == list(range(400))
+    c0 = epoch_ids(Loader(tl.Dataset(data), 32, seed=8, buffer_size=120 * ROW_BYTES))
+    assert not np.array_equal(np.concatenate(a0), np.concatenate(c0))
+
+
+def test_no_shuffle_keeps_order(data):
+    assert np.concatenate(epoch_ids(Loader(tl.Dataset(data), 64, shuffle=False))).tolist() == list(range(400))
+
+
+@pytest.mark.parametrize("stop_after", [0, 1, 3, 7, 12])
+def test_state_dict_resumes_mid_epoch(data, stop_after):
+    reference = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES)
+    epoch_ids(reference)  # epoch 0
+    full = epoch_ids(reference)  # epoch 1, uninterrupted
+    loader = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES)
+    epoch_ids(loader)
+    it = iter(loader)
+    head = [np.asarray(next(it)[0]["id"]) for _ in range(stop_after)]
+    state = loader.state_dict()
+    assert state["epoch"] == 1 and state["rows"] == 33 * stop_after and state["batches"] == stop_after
+    loader.close()
+    resumed = Loader(tl.Dataset(data), 33, seed=999, buffer_size=90 * ROW_BYTES)
+    resumed.load_state_dict(state)
+    tail = epoch_ids(resumed)
+    assert len(head) + len(tail) == len(full)
+    for got, want in zip(head + tail, full):
+        np.testing.assert_array_equal(got, want)
+    assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["rows"] == 0
+
+
+def test_state_dict_checks_settings(data):
+    state = Loader(tl.Dataset(data), 10, buffer_size=90 * ROW_BYTES).state_dict()
+    with pytest.raises(ValueError, match="rows_per_chunk"):
+        Loader(tl.Dataset(data), 10, buffer_size=50 * ROW_BYTES).load_state_dict(state)
+
+
+def test_resume_skips_consumed_chunks_without_reading(data):
+    loader = Loader(tl.Dataset(data, part_size=100 * ROW_BYTES), 50, shuffle=False, parts_per_chunk=1)
+    assert loader.dataset.npartitions >= 3
+    reads = []
+    original = loader.reader.read_uncached
+    loader.reader.read_uncached = lambda i: reads.append(i) or original(i)
+    loader.load_state_dict({**loader.state_dict(), "rows": 350})
+    assert np.concatenate(epoch_ids(loader)).tolist() == list(range(350, 400))
+    needed = [s.partition for c in loader.plan.chunks(0) if c.row_start + c.num_rows > 350 for s in c.segments]
+    assert reads == needed and len(needed) < loader.dataset.npartitions
+
+
+# --- memory ---------------------------------------------------------------------------------
+def test_memory_bounded_by_buffer(tmp_path):
+    path = write_dataset(tmp_path / "d", [5000] * 8, row_group_size=1000)
+    ds = tl.Dataset(path, part_size=1000 * ROW_BYTES)
+    assert ds.npartitions >= 40
+    budget_rows = 1500
+    loader = Loader(ds, 256, buffer_size=budget_rows * ROW_BYTES)
+    tracemalloc.start()
+    rows = sum(len(y) for _, y in loader)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert rows == 40_000
+    assert loader._buffer.max_rows <= budget_rows and loader._buffer.max_rows_filled == budget_rows
+    assert loader._buffer.slots == 2
+    # two chunk buffers + a decoded partition + batches: far below the 40k rows of the dataset
+    assert peak < 8 * budget_rows * ROW_BYTES + 2_000_000, peak
+
+
+# --- columns --------------------------------------------------------------------------------
+def test_roles_from_tags_and_overrides(data):
+    loader = Loader(tl.Dataset(data), 16, shuffle=False)
+    features, target = next(iter(loader))
+    assert list(features) == ["id", "cat", "x"] and target.dtype == np.float32 and target.shape == (16,)
+    assert features["id"].dtype == np.int64 and features["x"].dtype == np.float32
+    assert all(a.flags.c_contiguous for a in features.values())
+    features, target = next(iter(Loader(tl.Dataset(data), 16, shuffle=False, categorical=["cat"], continuous=[],
+                                        target=["y", "x"])))
+    assert list(features) == ["cat"] and target.shape == (16, 2)
+    np.testing.assert_array_equal(target[:, 1], np.arange(16) * 0.5)
+    features, target = next(iter(Loader(tl.Dataset(data), 16, target=[])))
+    assert target is None
+
+
+def test_untagged_numeric_columns_are_features():
+    df = pd.DataFrame({"a": np.arange(5), "b": np.ones(5)})
+    features, target = next(iter(Loader(tl.Dataset(df), 5)))
+    assert set(features) == {"a", "b"} and target is None
+
+
+def test_list_columns_keep_rows_whole(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 300
+    lists = [rng.integers(0, 50, rng.integers(0, 5)).tolist() for _ in range(n)]
+    table = pa.table({"id": np.arange(n), "tags": pa.array(lists, pa.list_(pa.int64())),
+                      "y": np.zeros(n, np.float32)})
+    os.makedirs(tmp_path / "l")
+    pq.write_table(table.slice(0, 170), tmp_path / "l" / "a.parquet", row_group_size=50)
+    pq.write_table(table.slice(170), tmp_path / "l" / "b.parquet", row_group_size=50)
+    schema = Schema([ColumnSchema("id", "int64", {Tags.CATEGORICAL}),
+                     ColumnSchema("tags", "int64", {Tags.CATEGORICAL, Tags.LIST}, is_list=True),
+                     ColumnSchema("y", "float32", {Tags.TARGET})])
+    ds = tl.Dataset(str(tmp_path / "l"), schema=schema, part_size=2000)
+    seen = []
+    for features, _ in Loader(ds, 32, seed=1, buffer_size=1500):
+        values, offsets = features["tags"]
+        assert offsets.dtype == np.int64 and len(offsets) == len(features["id"]) + 1 and offsets[0] == 0
+        for k, row in enumerate(features["id"]):
+            assert values[offsets[k]:offsets[k + 1]].tolist() == lists[row]
+            seen.append(int(row))
+    assert sorted(seen) == list(range(n))
+
+
+def test_transformed_dataset_is_transformed_on_read(data):
+    ds = tl.Dataset(data)
+
+    def double(df):
+        df = df.copy()
+        df["x"] = df["x"] * 2
+        return df
+
+    loader = Loader(ds.with_transform(double, ds.schema), 50, shuffle=False)
+    features, _ = next(iter(loader))
+    np.testing.assert_array_equal(features["x"], np.arange(50, dtype=np.float32))
+
+
+def test_transform_that_drops_rows_counts_them(data):
+    ds = tl.Dataset(data)
+    odd = ds.with_transform(lambda df: df[df["id"] % 2 == 1], ds.schema, preserves_rows=False)
+    loader = Loader(odd, 64)
+    ids = np.concatenate(epoch_ids(loader))
+    assert sorted(ids.tolist()) == list(range(1, 400, 2)) and len(loader) == -(-200 // 64)
+
+
+# --- bad input ------------------------------------------------------------------------------
+@pytest.mark.parametrize("batch_size", [0, -3, 2.5, "8"])
+def test_bad_batch_size(data, batch_size):
+    with pytest.raises(ValueError, match="batch_size"):
+        Loader(tl.Dataset(data), batch_size)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_corrupt_file_mid_epoch_names_file_and_recovers(tmp_path, prefetch):
+    path = write_dataset(tmp_path / "d", [200, 200, 200, 200])
+    loader = Loader(tl.Dataset(path, part_size=200 * ROW_BYTES), 50, shuffle=False, parts_per_chunk=1,
+                    prefetch=prefetch)
+    assert loader.dataset.npartitions == 4
+    victim = os.path.join(path, "part_002.parquet")
+    good = open(victim, "rb").read()
+    with open(victim, "wb") as f:
+        f.write(good[: len(good) // 2])
+    got = []
+    with pytest.raises(LoaderReadError, match="part_002.parquet"):
+        for features, _ in loader:
+            got.append(features["id"])
+    assert np.concatenate(got).tolist() == list(range(400))  # everything before the bad file came out
+    state = loader.state_dict()
+    loader.close()
+    assert not any(t.name == "tabloader-prefetch" for t in threading.enumerate())
+    with open(victim, "wb") as f:
+        f.write(good)
+    assert sorted(np.concatenate(epoch_ids(loader)).tolist()) == list(range(800))  # a new epoch works
+    loader.load_state_dict(state)  # and so does resuming where it failed
+    assert np.concatenate(epoch_ids(loader)).tolist() == list(range(400, 800))
+
+
+def test_column_missing_from_a_file_names_column_and_file(tmp_path):
+    path = write_dataset(tmp_path / "d", [30, 30])
+    loader = Loader(tl.Dataset(path, part_size=30 * ROW_BYTES), 10, shuffle=False)
+    pq.write_table(pa.Table.from_pandas(frame(30, 30).drop(columns=["x"]), preserve_index=False),
+                   os.path.join(path, "part_001.parquet"))
+    with pytest.raises(LoaderReadError, match=r"part_001\.parquet.*'x'|'x'.*part_001\.parquet"):
+        epoch_ids(loader)
+
+
+def test_files_disagreeing_on_columns_fail_at_dataset(tmp_path):
+    path = write_dataset(tmp_path / "d", [30, 30])
+    pq.write_table(pa.Table.from_pandas(frame(30, 30).drop(columns=["x"]), preserve_index=False),
+                   os.path.join(path, "part_001.parquet"))
+    with pytest.raises(ValueError, match="part_001.parquet"):
+        tl.Dataset(path)
+
+
+def test_nulls_raise_naming_column_and_file(tmp_path):
+    os.makedirs(tmp_path / "n")
+    df = frame(0, 20)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    cat = pa.array([None if i == 5 else v for i, v in enumerate(df["cat"])], pa.int64())
+    table = table.set_column(table.schema.get_field_index("cat"), "cat", cat)
+    pq.write_table(table, tmp_path / "n" / "f.parquet")
+    with pytest.raises(LoaderReadError, match=r"'cat'.*f\.parquet"):
+        epoch_ids(Loader(tl.Dataset(str(tmp_path / "n"), schema=SCHEMA), 8))
+
+
+def test_float_nulls_and_nan_become_nan(tmp_path):
+    os.makedirs(tmp_path / "n")
+    table = pa.Table.from_pandas(frame(0, 10), preserve_index=False)
+    x = pa.array([None if i == 3 else (float("nan") if i == 6 else i * 0.5) for i in range(10)], pa.float32())
+    pq.write_table(table.set_column(table.schema.get_field_index("x"), "x", x), tmp_path / "n" / "f.parquet")
+    for ds in (tl.Dataset(str(tmp_path / "n"), schema=SCHEMA), tl.Dataset(pd.read_parquet(tmp_path / "n"), schema=SCHEMA)):
+        x = np.concatenate([f["x"] for f, _ in Loader(ds, 4, shuffle=False)])
+        assert np.isnan(x[[3, 6]]).all() and np.isnan(x).sum() == 2
+
+
+def test_string_column_refused():
+    with pytest.raises(TypeError, match="'s'"):
+        Loader(tl.Dataset(pd.DataFrame({"s": ["a", "b"], "y": [0.0, 1.0]})), 2, categorical=["s"], target="y")
+
+
+def test_unknown_column_and_bad_rank(data):
+    with pytest.raises(KeyError, match="nope"):
+        Loader(tl.Dataset(data), 2, categorical=["nope"])
+    with pytest.raises(ValueError, match="global_rank"):
+        Loader(tl.Dataset(data), 2, global_rank=2, global_size=2)
+
+
+def test_close_mid_epoch_stops_thread_and_next_epoch_starts(data):
+    loader = Loader(tl.Dataset(data, part_size=100 * ROW_BYTES), 10, parts_per_chunk=1)
+    it = iter(loader)
+    next(it)
+    loader.close()
+    assert not any(t.name == "tabloader-prefetch" and t.is_alive() for t in threading.enumerate())
+    assert loader.epoch == 0 and loader.state_dict()["rows"] == 10
+    assert sorted(np.concatenate(epoch_ids(loader)).tolist()) == list(range(400))
+    with Loader(tl.Dataset(data), 10) as again:
+        assert len(list(again)) == 40
+
+
+def test_plan_is_deterministic_and_covers():
+    plan = PartitionPlan([5, 3, 8], seed=4, rows_per_chunk=4)
+    for epoch in range(3):
+        segs = plan.rank_segments(epoch)
+        covered = sorted((s.partition, r) for s in segs for r in range(s.start, s.stop))
+        assert covered == sorted((p, r) for p, n in enumerate([5, 3, 8]) for r in range(n))
+        assert all(c.num_rows <= 4 for c in plan.chunks(epoch))
+    assert [s for s in plan.rank_segments(1)] == [s for s in PartitionPlan([5, 3, 8], seed=4).rank_segments(1)]

@@ -1,0 +1,142 @@
+"""tabloader.torch.Loader: tensors by DLPack, IterableDataset use, resume, DDP over 2 processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tabloader as tl  # noqa: E402
+import tabloader.torch  # noqa: E402,F401
+from test_loader import ROW_BYTES, write_dataset  # noqa: E402
+
+pytestmark = pytest.mark.torch
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_dataset(tmp_path / "d", [300, 123, 77], row_group_size=50)
+
+
+def test_batches_are_tensors(data):
+    loader = tl.torch.Loader(tl.Dataset(data), batch_size=64, seed=0)
+    assert isinstance(loader, torch.utils.data.IterableDataset) and len(loader) == 8
+    ids = []
+    for features, target in loader:
+        assert features["id"].dtype == torch.int64 and features["x"].dtype == torch.float32
+        assert target.dtype == torch.float32 and target.device.type == "cpu"
+        torch.testing.assert_close(features["x"], features["id"].float() * 0.5)
+        ids.append(features["id"])
+    assert sorted(torch.cat(ids).tolist()) == list(range(500))
+
+
+def test_conversion_is_zero_copy():
+    array = np.arange(4)
+    tensor = tl.torch.Loader._tensor(type("L", (), {"device": torch.device("cpu")})(), array)
+    array[0] = 42
+    assert tensor[0].item() == 42
+
+
+def test_dataloader_wrapper_and_workers_refused(data):
+    loader = tl.torch.Loader(tl.Dataset(data), batch_size=100, shuffle=False)
+    batches = list(torch.utils.data.DataLoader(loader, batch_size=None))
+    assert torch.cat([f["id"] for f, _ in batches]).tolist() == list(range(500))
+    with pytest.raises(RuntimeError, match="num_workers=0"):
+        list(torch.utils.data.DataLoader(loader, batch_size=None, num_workers=1))
+
+
+def test_list_columns_as_tensor_pairs(tmp_path):
+    os.makedirs(tmp_path / "l")
+    lists = [[i] * (i % 3) for i in range(20)]
+    pq.write_table(pa.table({"id": np.arange(20), "tags": pa.array(lists, pa.list_(pa.int64()))}), tmp_path / "l" / "a.parquet")
+    schema = tl.Schema([tl.ColumnSchema("id", "int64", {"categorical"}),
+                        tl.ColumnSchema("tags", "int64", {"categorical", "list"}, is_list=True)])
+    features, target = next(iter(tl.torch.Loader(tl.Dataset(str(tmp_path / "l"), schema=schema), 20, seed=2)))
+    values, offsets = features["tags"]
+    assert target is None and offsets.dtype == torch.int64 and len(offsets) == 21
+    for k, row in enumerate(features["id"].tolist()):
+        assert values[offsets[k]:offsets[k + 1]].tolist() == lists[row]
+
+
+def test_train_loop_and_resume(data):
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = tl.torch.Loader(tl.Dataset(data), batch_size=50, seed=4, buffer_size=200 * ROW_BYTES)
+    seen = []
+    for step, (features, target) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(features["x"][:, None]).squeeze(1), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        seen.append(features["id"])
+        if step == 3:
+            state = loader.state_dict()
+            break
+    loader.close()
+    fresh = tl.torch.Loader(tl.Dataset(data), batch_size=50, seed=4, buffer_size=200 * ROW_BYTES)
+    fresh.load_state_dict(state)
+    seen += [f["id"] for f, _ in fresh]
+    assert sorted(torch.cat(seen).tolist()) == list(range(500))
+
+
+def test_import_does_not_pull_tensorflow():
+    code = "import sys, tabloader.torch; assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(HERE),
+                   env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+
+
+@pytest.mark.gpu
+def test_cuda_batches_match_cpu(data):
+    cpu = [f["id"] for f, _ in tl.torch.Loader(tl.Dataset(data), batch_size=64, seed=0)]
+    gpu = tl.torch.Loader(tl.Dataset(data), batch_size=64, seed=0, device="cuda")
+    ids = []
+    for features, target in gpu:
+        assert features["id"].is_cuda and target.is_cuda
+        torch.testing.assert_close(features["x"], features["id"].float() * 0.5)
+        ids.append(features["id"].cpu())
+    assert sorted(torch.cat(ids).tolist()) == sorted(torch.cat(cpu).tolist()) == list(range(500))
+    assert len(ids) == len(cpu)
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_gloo(tmp_path):
+    rows = 1000 + 37  # uneven over 2 ranks and many partitions
+    df = pd.DataFrame({"id": np.arange(rows), "x": np.linspace(0, 1, rows, dtype=np.float32),
+                       "cat_f": (np.arange(rows) % 5).astype(np.float32), "y": np.ones(rows, np.float32)})
+    os.makedirs(tmp_path / "d")
+    for i, part in enumerate(np.array_split(np.arange(rows), 3)):
+        pq.write_table(pa.Table.from_pandas(df.iloc[part], preserve_index=False), tmp_path / "d" / f"p{i}.parquet",
+                       row_group_size=100)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    os.makedirs(out)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+           "PYTHONPATH": os.path.dirname(HERE), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "ddp_loader_train.py"), str(tmp_path / "d"), str(out)],
+                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in range(2)]
+    try:
+        logs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), logs
+    results = [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+    assert results[0]["steps"] == results[1]["steps"] == results[0]["len"] == -(-519 // 64)
+    ids0, ids1 = set(results[0]["ids"]), set(results[1]["ids"])
+    assert ids0 | ids1 == set(range(rows))
+    assert len(results[0]["ids"]) + len(results[1]["ids"]) == 2 * 519  # one padded row repeats
+    assert len(ids0 & ids1) <= 1
