@@ -1,0 +1,348 @@
+"""TensorFlow / Keras adapter of :class:`tabloader.Loader`.
+
+* :class:`KerasSequenceLoader` -- a ``keras.utils.PyDataset`` for ``model.fit``,
+  ``validation_data``, ``evaluate`` and ``predict``.
+* :func:`to_tf_dataset` -- the same batches as a ``tf.data.Dataset``.
+* :func:`to_tf_tensor` -- one array to a TF tensor by DLPack, copying only when TF cannot
+  take the memory as it is.
+
+Batches are ``(features, target)``: ``features`` maps column name -> tensor (categorical ids
+int64, continuous float32; list columns as ``tf.RaggedTensor`` ``[batch, None]``), ``target``
+is ``[batch]`` for one target column, ``[batch, n]`` for several, and left out when the loader
+has no target (then a batch is ``(features,)``).
+
+Zero copy. TensorFlow imports host memory only through ``tf.experimental.dlpack.from_dlpack``
+of an *unversioned* capsule, and only keeps it without a copy when the array is C-contiguous
+and writeable (read-only arrays, such as views of arrow memory, cannot be exported). It also
+assumes its tensors are 64-byte aligned: a tensor made from unaligned memory imports fine, but
+some kernels (strided slices, ...) then abort the whole process with ``Check failed:
+IsAligned()``. :func:`to_tf_tensor` therefore checks all three conditions and copies the array
+into a fresh 64-byte aligned buffer when one fails; :class:`ConversionStats` counts zero-copy
+imports and copies by reason. The TF tensor keeps the numpy array alive (the capsule holds a
+reference), so the memory cannot be freed under it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import keras
+import tensorflow as tf
+
+__all__ = ["KerasSequenceLoader", "to_tf_dataset", "to_tf_tensor", "batch_to_tf", "ConversionStats",
+           "TF_ALIGNMENT"]
+
+from tabloader.backend import ALIGNMENT as TF_ALIGNMENT, aligned_empty  # noqa: E402  TF checks Tensor::IsAligned
+
+
+@dataclasses.dataclass
+class ConversionStats:
+    """How arrays reached TensorFlow: imported as they are, or copied (and why)."""
+
+    zero_copy: int = 0
+    copied: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    zero_copy_bytes: int = 0
+    copied_bytes: int = 0
+
+    @property
+    def total_copies(self) -> int:
+        return sum(self.copied.values())
+
+    def reset(self) -> None:
+        self.zero_copy, self.zero_copy_bytes, self.copied_bytes = 0, 0, 0
+        self.copied.clear()
+
+    def __repr__(self) -> str:
+        return (f"ConversionStats(zero_copy={self.zero_copy}, copied={dict(self.copied)}, "
+                f"zero_copy_MB={self.zero_copy_bytes / 2**20:.1f}, copied_MB={self.copied_bytes / 2**20:.1f})")
+
+
+def _copy_reason(array: np.ndarray) -> str | None:
+    if not array.flags.c_contiguous:
+        return "non_contiguous"
+    if not array.flags.writeable:
+        return "read_only"
+    if array.ctypes.data % TF_ALIGNMENT:
+        return "unaligned"
+    return None
+
+
+def to_tf_tensor(array: Any, stats: ConversionStats | None = None) -> tf.Tensor:
+    """``array`` (numpy, CuPy, or anything with ``__dlpack__``) as a TF tensor, zero-copy when possible.
+
+    A numpy array is imported without a copy when it is C-contiguous, writeable and 64-byte
+    aligned; otherwise it is first copied into an aligned buffer (``stats`` counts which).
+
+    Example:
+        >>> a = aligned_empty(4, "int64"); a[:] = [1, 2, 3, 4]
+        >>> t = to_tf_tensor(a)
+        >>> t.numpy().tolist(), np.shares_memory(a, np.from_dlpack(t))
+        ([1, 2, 3, 4], True)
+    """
+    if isinstance(array, tf.Tensor):
+        return array
+    if isinstance(array, np.ndarray):
+        if array.size == 0 or array.dtype.kind not in "biuf":
+            if stats is not None:
+                stats.copied["empty_or_unsupported"] += 1
+            return tf.convert_to_tensor(array)
+        reason = _copy_reason(array)
+        if reason is not None:
+            copy = aligned_empty(array.shape, array.dtype)
+            np.copyto(copy, array)
+            array = copy
+            if stats is not None:
+                stats.copied[reason] += 1
+                stats.copied_bytes += array.nbytes
+        elif stats is not None:
+            stats.zero_copy += 1
+            stats.zero_copy_bytes += array.nbytes
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    if hasattr(array, "__dlpack__"):  # CuPy (GPU) and other DLPack producers: no max_version (TF
+        try:                          # rejects versioned capsules)
+            tensor = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+            if stats is not None:
+                stats.zero_copy += 1
+            return tensor
+        except Exception:
+            from tabloader import backend
+
+            xp = backend.array_lib(array)
+            tensor = tf.experimental.dlpack.from_dlpack(xp.array(array, copy=True, order="C").__dlpack__())
+            if stats is not None:
+                stats.copied["dlpack_refused"] += 1
+            return tensor
+    if stats is not None:
+        stats.copied["not_an_array"] += 1
+    return tf.convert_to_tensor(array)
+
+
+def batch_to_tf(features: Mapping[str, Any], target: Any = None, ragged: bool = True,
+                stats: ConversionStats | None = None) -> tuple:
+    """A core loader batch as TF tensors: ``(features, target)``, or ``(features,)`` without target.
+
+    List columns (``(values, offsets)`` pairs) become ``tf.RaggedTensor`` (``ragged=True``) or
+    stay a ``(values, offsets)`` pair of tensors.
+    """
+    out: dict[str, Any] = {}
+    for name, value in features.items():
+        if isinstance(value, tuple):
+            values, offsets = (to_tf_tensor(v, stats) for v in value)
+            out[name] = (tf.RaggedTensor.from_row_splits(values, offsets, validate=False)
+                         if ragged else (values, offsets))
+        else:
+            out[name] = to_tf_tensor(value, stats)
+    if target is None:
+        return (out,)
+    return out, to_tf_tensor(target, stats)
+
+
+def _make_loader(data: Any, batch_size: int | None, shuffle: bool, seed: int, device: str,
+                 loader_kwargs: dict) -> Any:
+    from tabloader.loader import Loader
+
+    if isinstance(data, Loader):
+        if batch_size is not None and batch_size != data.batch_size:
+            raise ValueError(f"batch_size={batch_size} given with a Loader of batch_size={data.batch_size}")
+        if loader_kwargs:
+            raise ValueError(f"loader arguments {sorted(loader_kwargs)} given with a ready Loader")
+        return data
+    if batch_size is None:
+        raise ValueError("batch_size is required when a dataset (not a Loader) is given")
+    return Loader(data, batch_size, shuffle=shuffle, seed=seed, device=device, **loader_kwargs)
+
+
+_PEEK = 2  # batches Keras reads ahead to infer the tensor spec (NUM_BATCHES_FOR_TENSOR_SPEC)
+
+
+class KerasSequenceLoader(keras.utils.PyDataset):
+    """Batches of a tabloader dataset for Keras ``fit`` / ``evaluate`` / ``predict``.
+
+    Args:
+        data: a :class:`tabloader.Dataset` (or a path), or a ready :class:`tabloader.Loader`.
+        batch_size, shuffle, seed, device: as for :class:`tabloader.Loader` (ignored but
+            ``batch_size`` checked when ``data`` is a Loader).
+        ragged: list columns as ``tf.RaggedTensor`` (default) or ``(values, offsets)`` tensors.
+        workers, use_multiprocessing, max_queue_size: ``keras.utils.PyDataset`` arguments. The
+            loader already reads and shuffles on its own background thread, so the default
+            ``workers=1`` is the fast choice; ``use_multiprocessing`` is not supported.
+        **loader_kwargs: ``categorical``, ``continuous``, ``target``, ``drop_last``,
+            ``buffer_size``, ``global_rank``, ``global_size``... passed to the Loader.
+
+    It is a stream, not an indexable array: within an epoch, the *k*-th distinct batch index
+    Keras asks for gets the *k*-th batch of the loader's epoch. When Keras asks in order
+    (``predict``, ``evaluate``, ``fit(..., shuffle=False)``) index *i* is batch *i*, so
+    ``predict`` on an unshuffled loader returns rows in dataset order. ``fit``'s default
+    ``shuffle=True`` only permutes batch indices; rows are shuffled by the loader itself (within
+    chunks, and the partition order per epoch), and every row is still seen exactly once per
+    epoch. The first two batches are remembered, because Keras reads them once to infer the
+    tensor spec and again when the epoch starts. A new epoch (a new shuffle) begins after
+    ``on_epoch_end()`` (Keras calls it), after all ``len()`` batches were served, or when an
+    index already served in this epoch is asked for again (except that each of the first two
+    may be read twice). To abandon an epoch half-way and restart at index 0 outside Keras, call
+    ``on_epoch_end()`` first (else the restart re-reads the two remembered batches before the
+    new epoch begins). True random access is not supported.
+
+    Example:
+        >>> import numpy as np, pandas as pd, tabloader as tl
+        >>> df = pd.DataFrame({"c": np.arange(10), "y": np.ones(10, "float32")})
+        >>> seq = KerasSequenceLoader(tl.Dataset(df), batch_size=4, shuffle=False, categorical=["c"], target="y")
+        >>> len(seq), [int(seq[i][1].shape[0]) for i in range(len(seq))]
+        (3, [4, 4, 2])
+    """
+
+    def __init__(self, data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+                 device: str = "cpu", ragged: bool = True, workers: int = 1, use_multiprocessing: bool = False,
+                 max_queue_size: int = 10, **loader_kwargs: Any) -> None:
+        if use_multiprocessing:
+            raise ValueError("KerasSequenceLoader does not support use_multiprocessing=True: the loader reads "
+                             "and shuffles on its own background thread (workers=1 is the fast choice)")
+        super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=max_queue_size)
+        self.loader = _make_loader(data, batch_size, shuffle, seed, device, loader_kwargs)
+        self.ragged = ragged
+        self.stats = ConversionStats()
+        self._lock = threading.RLock()
+        self._iterator: Iterator | None = None
+        self._epochs_started = 0
+        self._epoch_over = False
+        self._served: set[int] = set()
+        self._cache: dict[int, tuple] = {}
+
+    # --- sizes --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.loader)
+
+    @property
+    def batch_size(self) -> int:
+        return self.loader.batch_size
+
+    @property
+    def epoch(self) -> int:
+        """Epochs started so far minus one (-1 before the first batch)."""
+        return self._epochs_started - 1
+
+    # --- the stream ---------------------------------------------------------------------------
+    def _start_epoch(self) -> None:
+        self._iterator = iter(self.loader)  # each iter() is the loader's next epoch
+        self._epochs_started += 1
+        self._epoch_over = False
+        self._served.clear()
+        self._cache.clear()
+
+    def __getitem__(self, index: int) -> tuple:
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"batch index {index} out of range for {n} batches")
+        with self._lock:
+            if self._iterator is None or self._epoch_over or len(self._served) >= n:
+                self._start_epoch()
+            if index in self._served:
+                if index in self._cache:  # Keras's spec peek, read again at the epoch's start
+                    return self._cache.pop(index)
+                self._start_epoch()  # a restart: begin the next epoch
+            try:
+                features, target = next(self._iterator)
+            except StopIteration:  # cannot happen unless the loader yields fewer than len() batches
+                raise RuntimeError(f"the loader ended after {len(self._served)} of {n} batches") from None
+            batch = batch_to_tf(features, target, self.ragged, self.stats)
+            if len(self._served) < _PEEK:
+                self._cache[index] = batch
+            self._served.add(index)
+            return batch
+
+    def on_epoch_end(self) -> None:
+        """Ends the current epoch: the next batch asked for starts a new one (a new shuffle)."""
+        with self._lock:
+            if self._served and self._served == set(self._cache) and self._served <= set(range(_PEEK)):
+                # Only Keras's spec peek ran (fit/evaluate read two batches, then reset the epoch
+                # before starting it): keep the epoch and the two batches rather than throwing a
+                # chunk's work away. (So leave steps_per_epoch at None: with steps_per_epoch=2
+                # the second epoch would repeat the first.)
+                return
+            self._epoch_over = True
+            self._cache.clear()
+
+    def close(self) -> None:
+        """Stops the loader's background reading; the next batch asked for starts a new epoch."""
+        with self._lock:
+            self.loader.close()
+            self._iterator = None
+            self._cache.clear()
+            self._served.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.loader.close()
+        except Exception:
+            pass
+
+    # --- specs --------------------------------------------------------------------------------
+    @property
+    def output_signature(self) -> tuple:
+        """The ``tf.TypeSpec`` structure of a batch (for ``tf.data``)."""
+        return _output_signature(self.loader, self.ragged)
+
+    def __repr__(self) -> str:
+        return f"KerasSequenceLoader({self.loader!r}, ragged={self.ragged})"
+
+
+def _output_signature(loader: Any, ragged: bool = True) -> tuple:
+    layout = loader.layout
+    features: dict[str, Any] = {}
+    for name in layout.features:
+        if name in layout.lists:
+            dtype = tf.as_dtype(layout.lists[name])
+            if ragged:
+                features[name] = tf.RaggedTensorSpec([None, None], dtype, ragged_rank=1, row_splits_dtype=tf.int64)
+            else:
+                features[name] = (tf.TensorSpec([None], dtype), tf.TensorSpec([None], tf.int64))
+        else:
+            dtype, _ = layout.where(name)
+            features[name] = tf.TensorSpec([None], tf.as_dtype(dtype))
+    if not layout.targets:
+        return (features,)
+    dtypes = {layout.where(t)[0] for t in layout.targets}
+    dtype = tf.as_dtype(np.result_type(*[np.dtype(d) for d in dtypes]))
+    shape = [None] if len(layout.targets) == 1 else [None, len(layout.targets)]
+    return features, tf.TensorSpec(shape, dtype)
+
+
+def to_tf_dataset(data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+                  device: str = "cpu", ragged: bool = True, prefetch: int | None = tf.data.AUTOTUNE,
+                  stats: ConversionStats | None = None, **loader_kwargs: Any) -> tf.data.Dataset:
+    """The loader's batches as a ``tf.data.Dataset`` of ``(features, target)`` (or ``(features,)``).
+
+    Each iteration over the dataset (each Keras epoch, each ``for`` loop) runs the loader's next
+    epoch, with a new shuffle. Arguments as for :class:`KerasSequenceLoader`; ``prefetch``
+    batches are prepared ahead on a tf.data thread (None for none). Chain further ``tf.data``
+    transformations as usual; ``.repeat()`` gives successive epochs.
+
+    Example:
+        >>> import numpy as np, pandas as pd, tabloader as tl
+        >>> df = pd.DataFrame({"x": np.arange(5, dtype="float32"), "y": np.zeros(5, "float32")})
+        >>> ds = to_tf_dataset(tl.Dataset(df), batch_size=2, shuffle=False, continuous=["x"], target="y")
+        >>> [int(x["x"].shape[0]) for x, y in ds]
+        [2, 2, 1]
+    """
+    loader = _make_loader(data, batch_size, shuffle, seed, device, loader_kwargs)
+    signature = _output_signature(loader, ragged)
+
+    def generate() -> Iterator[tuple]:
+        for features, target in loader:
+            yield batch_to_tf(features, target, ragged, stats)
+
+    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(len(loader)))
+    if prefetch is not None:
+        ds = ds.prefetch(prefetch)
+    return ds
