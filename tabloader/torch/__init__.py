@@ -1,16 +1,30 @@
-"""PyTorch adapters: the batch loader (and, beside it, embedding layers and kernels).
+"""PyTorch adapters: the batch loader and the embedding layers.
 
-Importing this package imports PyTorch but never TensorFlow.
+Importing this package imports PyTorch but never TensorFlow, and never Triton: the fused
+kernels in ``tabloader.torch.kernels`` load on first use.
 
 Example:
     >>> import tabloader.torch as tlt
-    >>> tlt.Loader.__name__
-    'Loader'
+    >>> tlt.Loader.__name__, tlt.FusedEmbeddingCollection.__name__
+    ('Loader', 'FusedEmbeddingCollection')
 """
 
+from tabloader.torch.fused import FusedEmbeddingCollection
+from tabloader.torch.layers import (
+    ConcatenatedEmbeddings,
+    EmbeddingConfig,
+    MultiHotEmbeddings,
+    configs_from_schema,
+    suggested_embedding_dim,
+)
 from tabloader.torch.loader import Loader
 
-__all__ = ["Loader"]
-
-# Embedding layers and kernels are exported here as they land, e.g.:
-# from tabloader.torch.layers import ...
+__all__ = [
+    "Loader",
+    "EmbeddingConfig",
+    "configs_from_schema",
+    "suggested_embedding_dim",
+    "ConcatenatedEmbeddings",
+    "MultiHotEmbeddings",
+    "FusedEmbeddingCollection",
+]

@@ -1,0 +1,309 @@
+"""Embedding forward + backward + optimizer update: fused kernel vs PyTorch baselines.
+
+26 tables with Criteo-like cardinalities (the Kaggle Criteo vocabularies, the largest capped
+at 10M rows) x dim 128, batch 65536, Zipf-distributed ids (hot ids small, as a
+frequency-ordered encoding makes them). One step = lookup of all tables, backward of a fixed
+random output gradient, optimizer update of the tables. Compared:
+
+* ``dense+Adam``        -- ``nn.Embedding`` per table, dense gradients, ``torch.optim.Adam(fused=True)``
+* ``sparse+SparseAdam`` -- ``nn.Embedding(sparse=True)`` per table + ``torch.optim.SparseAdam``
+* ``sparse+SGD``        -- ``nn.Embedding(sparse=True)`` per table + ``torch.optim.SGD``
+* ``reference <opt>``   -- :class:`FusedEmbeddingCollection` with the PyTorch reference backend
+* ``fused <opt>``       -- :class:`FusedEmbeddingCollection` with the Triton kernels (CUDA only)
+
+Effective bandwidth = bytes of embedding rows, output/gradient rows and optimizer states
+read and written per step (forward: N rows read + N output rows written; backward: N
+gradient rows read, U touched rows read and written, their states read and written; N =
+batch x tables lookups, U = unique rows touched) / step time. Index traffic and scratch
+buffers are not counted.
+
+Usage::
+
+    python benchmarks/embedding.py --device cuda                 # full size (H100/H200)
+    python benchmarks/embedding.py --device cpu                  # CPU-sized: --scale 0.01, batch 8192
+    python benchmarks/embedding.py --device cpu --scale 0.001 --batch 4096 --steps 5
+
+Not a test: it prints a Markdown table (and, with ``--json``, writes the numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+try:  # Triton before anything could import TensorFlow
+    import triton  # noqa: F401
+except ImportError:
+    pass
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from tabloader.torch.fused import FusedEmbeddingCollection  # noqa: E402
+from tabloader.torch.layers import EmbeddingConfig  # noqa: E402
+
+try:
+    from benchmarks._common import print_table  # noqa: E402
+except ImportError:  # run from inside benchmarks/
+    from _common import print_table  # type: ignore  # noqa: E402
+
+# Kaggle Criteo (Display Advertising Challenge) vocabulary sizes of C1..C26.
+CRITEO_KAGGLE_CARDINALITIES = [
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
+    5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+]
+MAX_ROWS = 10_000_000
+
+# Peak HBM bandwidth (bytes/s) by device-name fragment, for the "% of peak" column.
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 PCIe": 2.0e12, "H100 NVL": 3.9e12, "H100": 3.35e12, "A100": 2.0e12}
+
+
+def cardinalities(scale: float, tables: int) -> list[int]:
+    cards = [min(MAX_ROWS, c) for c in CRITEO_KAGGLE_CARDINALITIES]
+    cards = (cards * ((tables + len(cards) - 1) // len(cards)))[:tables]
+    # +2: row 0 padding, row 1 null, as the encoding contract lays tables out
+    return [max(4, int(round(c * scale))) + 2 for c in cards]
+
+
+def zipf_ids(n: int, cardinality: int, exponent: float, gen: torch.Generator, device: str) -> torch.Tensor:
+    """Ids in ``[1, cardinality)`` with P(rank k) ~ 1/k**exponent (inverse CDF of the continuous law)."""
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    m = cardinality - 1
+    if abs(exponent - 1.0) < 1e-9:
+        ranks = torch.exp(u * torch.log(torch.tensor(m + 1.0)))
+    else:
+        a = 1.0 - exponent
+        ranks = ((m + 1.0) ** a - 1.0) * u + 1.0
+        ranks = ranks ** (1.0 / a)
+    ids = torch.clamp(ranks.floor().to(torch.int64), 1, m)
+    return ids.to(device)
+
+
+def make_batches(cards: list[int], batch: int, count: int, exponent: float, device: str, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        batches.append({f"C{i + 1}": zipf_ids(batch, c, exponent, gen, device) for i, c in enumerate(cards)})
+    return batches
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(step: Callable[[dict], None], batches: list[dict], steps: int, warmup: int, device: str) -> float:
+    for i in range(warmup):
+        step(batches[i % len(batches)])
+    sync(device)
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        step(batches[i % len(batches)])
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class PerTable(nn.Module):
+    """The baseline: one nn.Embedding per table, outputs concatenated."""
+
+    def __init__(self, cards: list[int], dim: int, sparse: bool, device: str) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(c, dim, sparse=sparse, padding_idx=0, device=device) for c in cards)
+        for t in self.tables:
+            nn.init.normal_(t.weight, 0, 0.05)
+
+    def forward(self, feats: dict) -> torch.Tensor:
+        return torch.cat([t(feats[f"C{i + 1}"]) for i, t in enumerate(self.tables)], dim=1)
+
+
+def make_baseline(kind: str, cards, dim, grad_out, args) -> Callable[[dict], None]:
+    model = PerTable(cards, dim, sparse=kind != "dense+Adam", device=args.device)
+    params = list(model.parameters())
+    if kind == "dense+Adam":
+        opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+    elif kind == "sparse+SparseAdam":
+        opt = torch.optim.SparseAdam(params, lr=1e-3)
+    else:
+        opt = torch.optim.SGD(params, lr=0.01)
+
+    def step(feats):
+        out = model(feats)
+        out.backward(grad_out)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def make_fused(backend: str, optimizer: str, cards, dim, grad_out, args) -> Callable[[dict], None]:
+    configs = [EmbeddingConfig(f"C{i + 1}", c, dim) for i, c in enumerate(cards)]
+    coll = FusedEmbeddingCollection(configs, optimizer=optimizer, lr=1e-3 if optimizer == "adam" else 0.01,
+                                    backend=backend, device=args.device,
+                                    validate_indices=not args.no_validate)
+
+    def step(feats):
+        out = coll(feats)
+        out.backward(grad_out)
+
+    return step
+
+
+def timed_interleaved(makers: dict, batches: list[dict], steps: int, warmup: int, device: str) -> dict:
+    """Median step time of every method, the methods taking turns step by step, so that a
+    machine shared with other work slows them all alike (used on CPU, where all fit at once)."""
+    steppers = {name: make() for name, make in makers.items()}
+    for name, step in steppers.items():
+        for i in range(warmup):
+            step(batches[i % len(batches)])
+    times = {name: [] for name in steppers}
+    for i in range(steps):
+        for name, step in steppers.items():
+            sync(device)
+            t0 = time.perf_counter()
+            step(batches[i % len(batches)])
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def useful_bytes(batches: list[dict], cards: list[int], dim: int, optimizer: str, out_bytes: int = 4) -> float:
+    """Mean bytes of rows, gradients and states moved per step (see the module docstring)."""
+    total = 0.0
+    offsets = [0]
+    for c in cards[:-1]:
+        offsets.append(offsets[-1] + c)
+    for feats in batches:
+        rows = torch.cat([feats[f"C{i + 1}"].cpu() + offsets[i] for i in range(len(cards))])
+        n, u = rows.numel(), torch.unique(rows).numel()
+        state = {"sgd": 0, "adagrad": 2 * 4, "adam": 4 * dim * 4}[optimizer]
+        total += n * dim * 4 + n * dim * out_bytes + n * dim * out_bytes + 2 * u * dim * 4 + u * state
+    return total / len(batches)
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+
+
+def peak_bandwidth(name: str) -> float | None:
+    for key, value in PEAK_BANDWIDTH.items():
+        if key in name:
+            return value
+    return None
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    p.add_argument("--scale", type=float, default=None, help="multiply the cardinalities (default 1 on cuda, 0.01 on cpu)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default 65536 on cuda, 8192 on cpu)")
+    p.add_argument("--tables", type=int, default=26)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--zipf", type=float, default=1.05, help="Zipf exponent of the ids")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (median reported)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--methods", default=None,
+                   help="comma list among dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused")
+    p.add_argument("--optimizers", default="adam,sgd,adagrad", help="optimizers of the fused collection")
+    p.add_argument("--no-validate", action="store_true", help="skip the index bounds check")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=None,
+                   help="methods take turns step by step (default on CPU); else one after the other")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        p.error("--device cuda but no CUDA device is usable")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.scale = args.scale if args.scale is not None else (1.0 if cuda else 0.01)
+    args.batch = args.batch or (65536 if cuda else 8192)
+    args.steps = args.steps or (20 if cuda else 7)
+    args.interleave = (not cuda) if args.interleave is None else args.interleave
+    methods = (args.methods or ("dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused" if cuda
+                                else "dense+Adam,sparse+SparseAdam,sparse+SGD,reference")).split(",")
+    optimizers = args.optimizers.split(",")
+
+    cards = cardinalities(args.scale, args.tables)
+    dim = args.dim
+    n_batches = max(2, min(4, args.steps))
+    batches = make_batches(cards, args.batch, n_batches, args.zipf, args.device)
+    grad_out = torch.randn(args.batch, args.tables * dim, generator=torch.Generator().manual_seed(1)).to(args.device)
+    name = device_name(args.device)
+    peak = peak_bandwidth(name) if cuda else None
+    print(f"# {name}; torch {torch.__version__}; {args.tables} tables, {sum(cards):,} rows (largest "
+          f"{max(cards):,}) x dim {dim}; batch {args.batch}; zipf {args.zipf}; median of {args.steps} steps", flush=True)
+
+    makers: dict[str, Callable[[], Callable[[dict], None]]] = {}
+    opt_of: dict[str, str] = {}
+    for m in methods:
+        if m in ("dense+Adam", "sparse+SparseAdam", "sparse+SGD"):
+            makers[m] = lambda m=m: make_baseline(m, cards, dim, grad_out, args)
+            opt_of[m] = {"dense+Adam": "adam", "sparse+SparseAdam": "adam", "sparse+SGD": "sgd"}[m]
+        elif m in ("reference", "fused"):
+            backend = "reference" if m == "reference" else "triton"
+            for o in optimizers:
+                makers[f"{m} {o}"] = lambda b=backend, o=o: make_fused(b, o, cards, dim, grad_out, args)
+                opt_of[f"{m} {o}"] = o
+        else:
+            p.error(f"unknown method {m!r}")
+
+    seconds_of: dict[str, tuple[float, str]] = {}
+    if args.interleave:
+        for name, sec in timed_interleaved(makers, batches, args.steps, args.warmup, args.device).items():
+            seconds_of[name] = (sec, "ok")
+    else:  # one method at a time, memory freed in between (full-size GPU runs)
+        for name, make in makers.items():
+            try:
+                step = make()
+                seconds_of[name] = (time_steps(step, batches, args.steps, args.warmup, args.device), "ok")
+            except torch.cuda.OutOfMemoryError:
+                seconds_of[name] = (float("nan"), "OOM")
+            except RuntimeError as exc:
+                if "out of memory" not in str(exc).lower():
+                    raise
+                seconds_of[name] = (float("nan"), "OOM")
+            step = None
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+            print(f"  {name}: {seconds_of[name][1]} {seconds_of[name][0] * 1e3:.1f} ms/step", flush=True)
+
+    results = []
+    for label, (seconds, status) in seconds_of.items():
+        opt = opt_of[label]
+        nbytes = useful_bytes(batches, cards, dim, opt)
+        results.append({"method": label, "optimizer": opt, "status": status, "ms_per_step": seconds * 1e3,
+                        "rows_per_s": args.batch / seconds if status == "ok" else float("nan"),
+                        "gb_per_s": nbytes / seconds / 1e9 if status == "ok" else float("nan"),
+                        "pct_peak": 100 * nbytes / seconds / peak if (peak and status == "ok") else None})
+
+    base = {r["method"]: r["ms_per_step"] for r in results}
+    rows = []
+    for r in results:
+        ref_key = "sparse+SGD" if r["optimizer"] == "sgd" else "sparse+SparseAdam"
+        speedup = base.get(ref_key, float("nan")) / r["ms_per_step"] if r["status"] == "ok" else float("nan")
+        rows.append([r["method"], r["status"], r["ms_per_step"], r["rows_per_s"] / 1e6, r["gb_per_s"],
+                     "-" if r["pct_peak"] is None else f"{r['pct_peak']:.0f}%",
+                     f"{speedup:.2f}x vs {ref_key}" if ref_key in base and r["method"] != ref_key else "-"])
+    print()
+    print_table(["method", "status", "ms/step", "M samples/s", "eff. GB/s", "% peak BW", "speed-up"], rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": name, "args": vars(args), "results": results}, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()

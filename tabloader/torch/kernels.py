@@ -1,0 +1,254 @@
+"""Triton kernels of :class:`~tabloader.torch.fused.FusedEmbeddingCollection`.
+
+Never import this module directly from library code: :func:`tabloader.torch.fused.load_kernels`
+imports it lazily, and only when TensorFlow is not loaded (importing Triton after TensorFlow
+kills the process). ``TRITON_INTERPRET=1`` must be set before this module is first imported
+for the kernels to run on CPU through Triton's interpreter.
+
+All tables live in one fp32 weight buffer ``W[total_rows, D]``; a lookup *entry* ``j`` reads
+the flat row ``rows[j]`` (table offset + id) into the output row ``bag[j]`` (``b * F + f`` for
+sample ``b`` and feature ``f``) with the weight ``scale[j]`` (1 for single-hot and sum
+pooling, ``1 / n`` for mean pooling, 0 for padding entries of pooled lookups).
+
+Kernels:
+
+* :func:`gather` -- single-hot forward: ``out[i] = W[rows[i]]`` (the entries are the output rows).
+* :func:`pooled_gather` -- multi-hot forward over a CSR of bags (in feature-major order, so the
+  entries of every bag are contiguous): ``out[bag] = sum_j scale[j] * W[rows[j]]``.
+* :func:`fused_backward_update` -- the backward pass and the optimizer step in one:
+
+  1. (torch) sort the entries by row (stable), find the segments of equal rows;
+  2. (kernel 1, only for *hot* rows with more than ``chunk_size`` entries) split each hot
+     segment into fixed-size chunks of ``chunk_size`` entries and write the sum of each chunk
+     to a small ``partial[n_chunks, D]`` buffer, all chunks in parallel;
+  3. (kernel 2, one program per unique touched row) sum the row's gradient -- from its
+     entries directly for a light row, from its chunk partials for a hot row -- and apply the
+     optimizer update to that row of ``W`` (and its state) in place.
+
+  Every sum is taken in a fixed order (no atomics), so results are deterministic run to run;
+  no gradient tensor of the tables' size exists at any time.
+
+bf16 arithmetic is wrong in the interpreter, so every value is converted to fp32 before any
+arithmetic.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# Importing Triton for the first time after TensorFlow kills the process (LLVM options
+# registered twice); once Triton is loaded, TensorFlow may come and go.
+if "triton" not in sys.modules and ("tensorflow" in sys.modules or "keras" in sys.modules):  # pragma: no cover
+    raise ImportError(
+        "tabloader.torch.kernels imports Triton, which crashes the process once TensorFlow is "
+        "loaded; import torch/triton before tensorflow"
+    )
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["gather", "pooled_gather", "fused_backward_update", "OPTIMIZERS"]
+
+OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2}
+
+_NUM_WARPS = 4
+
+
+def _block_d(dim: int) -> int:
+    return max(16, triton.next_power_of_2(dim))
+
+
+def _update_launch(block_d: int) -> tuple[int, int]:
+    """(entries per loop iteration, warps) of the update kernels: ~32 fp32 registers per thread
+    for the gradient tile; small rows get one or two warps so that many rows are in flight."""
+    warps = 1 if block_d <= 32 else 2 if block_d <= 128 else 4
+    return max(1, min(32, (32 * 32 * warps) // block_d)), warps
+
+
+# --------------------------------------------------------------------------------------------
+# forward
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _gather_kernel(W, rows, out, N, D, stride_w,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid = tl.program_id(0)
+    offs_n = pid.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    r = tl.load(rows + offs_n, mask=mask_n, other=0).to(tl.int64)
+    m = mask_n[:, None] & mask_d[None, :]
+    x = tl.load(W + r[:, None] * stride_w + offs_d[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(out + offs_n[:, None] * D + offs_d[None, :], x.to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _pooled_kernel(W, rows, scale, offsets, out, B, F, D, stride_w,
+                   BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid = tl.program_id(0)  # feature-major bag: pid = f * B + b
+    start = tl.load(offsets + pid)
+    end = tl.load(offsets + pid + 1)
+    f = pid // B
+    b = pid - f * B
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for s in range(start, end, BLOCK_L):
+        e = s + tl.arange(0, BLOCK_L)
+        me = e < end
+        r = tl.load(rows + e, mask=me, other=0).to(tl.int64)
+        sc = tl.load(scale + e, mask=me, other=0.0).to(tl.float32)
+        x = tl.load(W + r[:, None] * stride_w + offs_d[None, :],
+                    mask=me[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+        acc += tl.sum(x * sc[:, None], axis=0)
+    o = b.to(tl.int64) * F + f
+    tl.store(out + o * D + offs_d, acc.to(out.dtype.element_ty), mask=mask_d)
+
+
+def gather(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, block_n: int | None = None) -> torch.Tensor:
+    """``out[i, :] = weight[rows[i], :]`` for a contiguous ``out[N, D]`` (any float dtype)."""
+    n, d = out.shape
+    if block_n is None:
+        block_n = max(1, min(128, 4096 // _block_d(d)))
+    if n:
+        _gather_kernel[(triton.cdiv(n, block_n),)](
+            weight, rows, out, n, d, weight.stride(0),
+            BLOCK_N=block_n, BLOCK_D=_block_d(d), num_warps=_NUM_WARPS)
+    return out
+
+
+def pooled_gather(weight: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor, offsets: torch.Tensor,
+                  out: torch.Tensor, batch: int, features: int, block_l: int = 16) -> torch.Tensor:
+    """Pooled lookup over a feature-major CSR of bags; ``out`` is ``[batch * features, D]``."""
+    n_bags, d = out.shape
+    if n_bags:
+        _pooled_kernel[(n_bags,)](
+            weight, rows, scale, offsets, out, batch, features, d, weight.stride(0),
+            BLOCK_L=block_l, BLOCK_D=_block_d(d), num_warps=_NUM_WARPS)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# backward + optimizer
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
+                 HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK_E: tl.constexpr):
+    for e0 in range(0, count, BLOCK_E):
+        k = e0 + tl.arange(0, BLOCK_E)
+        me = k < count
+        j = tl.load(perm + start + k, mask=me, other=0).to(tl.int64)
+        if HAS_BAG:
+            o = tl.load(bag + j, mask=me, other=0).to(tl.int64)
+        else:
+            o = j
+        g = tl.load(grad + o[:, None] * D + offs_d[None, :],
+                    mask=me[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+        if HAS_SCALE:
+            sc = tl.load(scale + j, mask=me, other=0.0).to(tl.float32)
+            g = g * sc[:, None]
+        acc += tl.sum(g, axis=0)
+    return acc
+
+
+@triton.jit
+def _partial_kernel(grad, perm, bag, scale, chunk_start, chunk_count, partial, D,
+                    HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
+                    BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr):
+    c = tl.program_id(0).to(tl.int64)
+    start = tl.load(chunk_start + c)
+    count = tl.load(chunk_count + c)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
+                       HAS_BAG, HAS_SCALE, BLOCK_E)
+    tl.store(partial + c * D + offs_d, acc, mask=mask_d)
+
+
+@triton.jit
+def _update_kernel(W, state1, state2, grad, perm, bag, scale,
+                   seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, partial,
+                   D, stride_w, lr, eps, beta1, beta2, step_size,
+                   OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
+                   BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+    s = tl.program_id(0).to(tl.int64)
+    row = tl.load(seg_row + s).to(tl.int64)
+    nch = tl.load(seg_nchunks + s)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    if nch == 0:
+        start = tl.load(seg_start + s)
+        count = tl.load(seg_count + s)
+        acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
+                           HAS_BAG, HAS_SCALE, BLOCK_E)
+    else:
+        c0 = tl.load(seg_chunk + s)
+        for c in range(0, nch, BLOCK_C):
+            k = c + tl.arange(0, BLOCK_C)
+            mc = k < nch
+            p = tl.load(partial + (c0 + k).to(tl.int64)[:, None] * D + offs_d[None, :],
+                        mask=mc[:, None] & mask_d[None, :], other=0.0)
+            acc += tl.sum(p, axis=0)
+    w_ptr = W + row * stride_w + offs_d
+    w = tl.load(w_ptr, mask=mask_d, other=0.0)
+    if OPT == 0:  # SGD
+        w = w - lr * acc
+    elif OPT == 1:  # row-wise Adagrad: one accumulator per row
+        st = tl.load(state1 + row) + tl.sum(acc * acc, axis=0) / D
+        tl.store(state1 + row, st)
+        w = w - lr * acc / (tl.sqrt(st) + eps)
+    else:  # lazy Adam (SparseAdam semantics, global step folded into step_size)
+        m_ptr = state1 + row * D + offs_d
+        v_ptr = state2 + row * D + offs_d
+        m = tl.load(m_ptr, mask=mask_d, other=0.0)
+        v = tl.load(v_ptr, mask=mask_d, other=0.0)
+        m = m + (acc - m) * (1.0 - beta1)
+        v = v + (acc * acc - v) * (1.0 - beta2)
+        tl.store(m_ptr, m, mask=mask_d)
+        tl.store(v_ptr, v, mask=mask_d)
+        w = w - step_size * (m / (tl.sqrt(v) + eps))
+    tl.store(w_ptr, w, mask=mask_d)
+
+
+def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
+                          grad: torch.Tensor, perm: torch.Tensor, bag: torch.Tensor | None,
+                          scale: torch.Tensor | None, seg_row: torch.Tensor, seg_start: torch.Tensor,
+                          seg_count: torch.Tensor, seg_chunk: torch.Tensor, seg_nchunks: torch.Tensor,
+                          chunk_start: torch.Tensor, chunk_count: torch.Tensor, *, optimizer: str,
+                          lr: float, eps: float = 0.0, beta1: float = 0.0, beta2: float = 0.0,
+                          step_size: float = 0.0, block_e: int | None = None, block_c: int | None = None) -> None:
+    """Sum the gradient of every touched row and update it (and its optimizer state) in place.
+
+    ``grad[n_out, D]`` is the output gradient (fp32/fp16/bf16, contiguous); ``perm`` orders
+    the entries by row; segment ``s`` covers ``perm[seg_start[s]:seg_start[s]+seg_count[s]]``
+    and updates row ``seg_row[s]``; a hot segment (``seg_nchunks[s] > 0``) owns the chunks
+    ``seg_chunk[s] .. seg_chunk[s]+seg_nchunks[s]-1`` described by ``chunk_start/chunk_count``.
+    """
+    n_seg = seg_row.numel()
+    if n_seg == 0:
+        return
+    d = weight.shape[1]
+    bd = _block_d(d)
+    auto_e, warps = _update_launch(bd)
+    block_e = block_e or auto_e
+    block_c = block_c or block_e
+    has_bag, has_scale = bag is not None, scale is not None
+    bag_arg = bag if has_bag else perm
+    scale_arg = scale if has_scale else grad
+    n_chunks = chunk_start.numel()
+    partial = torch.empty((max(n_chunks, 1), d), dtype=torch.float32, device=weight.device)
+    if n_chunks:
+        _partial_kernel[(n_chunks,)](
+            grad, perm, bag_arg, scale_arg, chunk_start, chunk_count, partial, d,
+            HAS_BAG=has_bag, HAS_SCALE=has_scale, BLOCK_E=block_e, BLOCK_D=bd, num_warps=warps)
+    s1 = state1 if state1 is not None else weight
+    s2 = state2 if state2 is not None else weight
+    _update_kernel[(n_seg,)](
+        weight, s1, s2, grad, perm, bag_arg, scale_arg,
+        seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, partial,
+        d, weight.stride(0), float(lr), float(eps), float(beta1), float(beta2), float(step_size),
+        OPT=OPTIMIZERS[optimizer], HAS_BAG=has_bag, HAS_SCALE=has_scale,
+        BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps)

@@ -1,0 +1,323 @@
+"""Comparison cases of the fused-embedding Triton kernels, shared by two runners.
+
+* On CPU, ``tests/test_torch_kernels.py`` runs this file as a script in a subprocess with
+  ``TRITON_INTERPRET=1`` (it must be set before the kernels are decorated, so it cannot run in
+  the pytest process, where other modules may already have imported them), at small shapes.
+* On CUDA, the ``gpu`` tests of the same file call the cases natively at realistic shapes.
+
+Each ``case_*`` function takes ``device`` and a ``size`` ("small" | "large") and raises
+AssertionError on a mismatch. Oracles: the PyTorch reference backend (which the CPU tests
+check against ``nn.Embedding`` + ``torch.optim``) and, directly, ``nn.Embedding`` + ``SGD`` /
+``SparseAdam``. Importing this module has no side effects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+SIZES = {
+    # tables (rows), batch, dim, hot repeats, chunk_size
+    "small": {"cards": [30, 50, 12], "batch": 24, "dim": 8, "hot": 300, "chunk": 8, "bags": 3},
+    "large": {"cards": [100_000, 1_000_000, 5_000], "batch": 16384, "dim": 128, "hot": 5000, "chunk": 128, "bags": 5},
+}
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _configs(size, pooled=False, pooling="sum"):
+    from tabloader.torch.layers import EmbeddingConfig
+
+    s = SIZES[size]
+    cards, d = s["cards"], s["dim"]
+    return [
+        EmbeddingConfig("t0", cards[0], d),
+        EmbeddingConfig("t1", cards[1], d, pooling=pooling) if pooled else EmbeddingConfig("t1", cards[1], d),
+        EmbeddingConfig("t2", cards[2], d, features=("f2a", "f2b")),
+    ]
+
+
+def _batch(size, device, seed, pooled=False, hot=True, empty=False):
+    """A batch with duplicates, one very hot row, padding ids (0) and, pooled, empty bags."""
+    torch = _torch()
+    s = SIZES[size]
+    g = torch.Generator().manual_seed(seed)
+    b = 0 if empty else s["batch"]
+    cards = s["cards"]
+
+    def ids(card, n):
+        # skewed: many repeats of small ids
+        x = (torch.rand(n, generator=g) ** 3 * card).long().clamp(0, card - 1)
+        return x
+
+    t0 = ids(cards[0], b)
+    if hot and b and not pooled:  # pooled batches get their hot row inside the bags instead
+        t0 = torch.cat([t0, torch.full((s["hot"],), 3, dtype=torch.long)])
+        b = t0.numel()
+    feats = {"t0": t0, "f2a": ids(cards[2], b), "f2b": ids(cards[2], b)}
+    if b:
+        feats["f2a"][:2] = 0  # padding id in a single-hot feature
+    if pooled:
+        lens = torch.randint(0, s["bags"] + 1, (b,), generator=g)
+        offsets = torch.zeros(b + 1, dtype=torch.long)
+        offsets[1:] = torch.cumsum(lens, 0)
+        values = ids(cards[1], int(offsets[-1]))
+        if values.numel() > 4:
+            values[1::2] = 5  # a hot row: more lookups than chunk_size
+            values[::4] = 0  # padding inside bags
+        feats["t1"] = (values.to(device), offsets.to(device))
+    else:
+        feats["t1"] = ids(cards[1], b)
+    return {k: (v if isinstance(v, tuple) else v.to(device)) for k, v in feats.items()}
+
+
+def _pair(size, device, optimizer, pooled=False, pooling="sum", dtype=None, lr=0.05):
+    """The same collection twice: Triton backend and reference backend, equal weights."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+
+    out = []
+    for backend in ("triton", "reference"):
+        torch.manual_seed(0)
+        out.append(FusedEmbeddingCollection(
+            _configs(size, pooled, pooling), optimizer=optimizer, lr=lr, backend=backend, device=device,
+            chunk_size=SIZES[size]["chunk"], dtype=dtype or torch.float32))
+    assert torch.equal(out[0].weight, out[1].weight)
+    return out
+
+
+def _close(a, b, what, rtol=1e-5, atol=1e-6):
+    torch = _torch()
+    a, b = a.detach().float().cpu(), b.detach().float().cpu()
+    if not torch.allclose(a, b, rtol=rtol, atol=atol):
+        diff = (a - b).abs().max().item()
+        raise AssertionError(f"{what}: max abs difference {diff:.3g}")
+
+
+# --------------------------------------------------------------------------------------------
+# cases
+# --------------------------------------------------------------------------------------------
+def case_forward_single(device, size):
+    torch = _torch()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        tri, ref = _pair(size, device, "sgd", dtype=dtype)
+        feats = _batch(size, device, 1)
+        a, b = tri(feats), ref(feats)
+        assert a.dtype == b.dtype == dtype, (a.dtype, b.dtype)
+        assert torch.equal(a, b), f"single-hot forward differs for {dtype}"
+        # and equals plain indexing of the table views
+        for f, feat in enumerate(tri.features):
+            cfg = tri._by_feature[feat]
+            expect = tri.table_weight(cfg.name)[feats[feat]].to(dtype)
+            assert torch.equal(a.view(a.shape[0], -1, tri.embedding_dim)[:, f], expect), feat
+
+
+def case_forward_pooled(device, size):
+    torch = _torch()
+    for pooling in ("sum", "mean"):
+        for dtype in (torch.float32, torch.bfloat16):
+            tri, ref = _pair(size, device, "sgd", pooled=True, pooling=pooling, dtype=dtype)
+            feats = _batch(size, device, 2, pooled=True)
+            tol = 1e-5 if dtype == torch.float32 else 1e-2
+            _close(tri(feats), ref(feats), f"pooled {pooling} {dtype} forward", rtol=tol, atol=tol)
+
+
+def _train_both(size, device, optimizer, pooled, pooling="sum", steps=3, dtype=None):
+    torch = _torch()
+    tri, ref = _pair(size, device, optimizer, pooled=pooled, pooling=pooling, dtype=dtype)
+    g = torch.Generator().manual_seed(7)
+    for step in range(steps):
+        feats = _batch(size, device, 10 + step, pooled=pooled, empty=(step == 1))
+        outs = []
+        for coll in (tri, ref):
+            out = coll(feats)
+            upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device, out.dtype)
+            (out * upstream).sum().backward()
+            outs.append(out)
+        assert tri.weight.grad is None and ref.weight.grad is None
+    return tri, ref
+
+
+def case_update(device, size):
+    """Triton update == reference update: every optimizer, single-hot and pooled, 3 steps."""
+    torch = _torch()
+    combos = [("sgd", False, "sum"), ("adagrad", False, "sum"), ("adam", False, "sum"),
+              ("sgd", True, "sum"), ("adagrad", True, "mean"), ("adam", True, "sum")]
+    if size == "large":
+        combos += [("sgd", True, "mean"), ("adagrad", True, "sum"), ("adam", True, "mean")]
+    for optimizer, pooled, pooling in combos:
+        tri, ref = _train_both(size, device, optimizer, pooled, pooling)
+        what = f"{optimizer} pooled={pooled} {pooling}"
+        _close(tri.weight, ref.weight, what + " weights", rtol=1e-4, atol=1e-6)
+        for name, buf in ref.named_buffers():
+            if name.startswith("_"):
+                continue
+            _close(dict(tri.named_buffers())[name], buf, f"{what} {name}", rtol=1e-4, atol=1e-7)
+        assert tri.step == ref.step == 3
+        for cfg in tri.configs:  # padding rows untouched (zero)
+            assert torch.count_nonzero(tri.table_weight(cfg.name)[0]) == 0, f"{what}: padding row of {cfg.name} moved"
+
+
+def case_half_gradients(device, size):
+    """fp16 / bf16 activations: gradients are accumulated in fp32, like the reference."""
+    torch = _torch()
+    for dtype in (torch.float16, torch.bfloat16):
+        tri, ref = _train_both(size, device, "adagrad", pooled=True, dtype=dtype, steps=2)
+        _close(tri.weight, ref.weight, f"adagrad {dtype} weights", rtol=1e-3, atol=1e-5)
+
+
+def case_sgd_equals_torch(device, size):
+    """Triton SGD == nn.Embedding + torch.optim.SGD on the same batches (hot row, duplicates)."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+    from tabloader.torch.layers import EmbeddingConfig
+
+    s = SIZES[size]
+    card, d = s["cards"][1], s["dim"]
+    torch.manual_seed(0)
+    coll = FusedEmbeddingCollection([EmbeddingConfig("t", card, d, padding_idx=None)], optimizer="sgd", lr=0.1,
+                                    backend="triton", device=device, chunk_size=s["chunk"])
+    emb = torch.nn.Embedding(card, d, device=device)
+    with torch.no_grad():
+        emb.weight.copy_(coll.weight)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    for step in range(3):
+        ids = _batch(size, device, 20 + step)["t0"].clamp(max=card - 1)
+        up = torch.randn(ids.numel(), d, generator=torch.Generator().manual_seed(step)).to(device)
+        (coll({"t": ids}) * up).sum().backward()
+        (emb(ids) * up).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    _close(coll.weight, emb.weight, "SGD vs torch.optim.SGD", rtol=1e-5, atol=1e-6)
+
+
+def case_adam_equals_sparseadam(device, size):
+    """Triton lazy Adam == nn.Embedding(sparse=True) + torch.optim.SparseAdam."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+    from tabloader.torch.layers import EmbeddingConfig
+
+    s = SIZES[size]
+    card, d = s["cards"][1], s["dim"]
+    torch.manual_seed(0)
+    coll = FusedEmbeddingCollection([EmbeddingConfig("t", card, d, padding_idx=None)], optimizer="adam", lr=0.01,
+                                    backend="triton", device=device, chunk_size=s["chunk"])
+    emb = torch.nn.Embedding(card, d, sparse=True, device=device)
+    with torch.no_grad():
+        emb.weight.copy_(coll.weight)
+    opt = torch.optim.SparseAdam(emb.parameters(), lr=0.01)
+    for step in range(3):
+        ids = _batch(size, device, 30 + step)["t0"].clamp(max=card - 1)
+        up = torch.randn(ids.numel(), d, generator=torch.Generator().manual_seed(step)).to(device)
+        (coll({"t": ids}) * up).sum().backward()
+        (emb(ids) * up).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    _close(coll.weight, emb.weight, "Adam vs SparseAdam", rtol=1e-4, atol=1e-6)
+    _close(coll.exp_avg, opt.state[emb.weight]["exp_avg"].to_dense(), "Adam m vs SparseAdam", rtol=1e-4, atol=1e-7)
+
+
+def case_deterministic(device, size):
+    """Two identical runs give bitwise-identical weights (no atomics on the weights)."""
+    torch = _torch()
+    results = []
+    for _ in range(2):
+        tri, _ref = _train_both(size, device, "adagrad", pooled=True, steps=2)
+        results.append(tri.weight.detach().clone())
+    assert torch.equal(results[0], results[1]), "fused update is not deterministic"
+
+
+def case_bounds(device, size):
+    """An out-of-range id is refused before any kernel runs, naming the table."""
+    torch = _torch()
+    tri, _ = _pair(size, device, "sgd")
+    feats = _batch(size, device, 3)
+    feats["f2b"] = feats["f2b"].clone()
+    feats["f2b"][-1] = SIZES[size]["cards"][2]
+    before = tri.weight.detach().clone()
+    try:
+        tri(feats)
+    except IndexError as exc:
+        assert "'t2'" in str(exc) and "f2b" in str(exc), str(exc)
+    else:
+        raise AssertionError("no IndexError for an out-of-range id")
+    assert torch.equal(before, tri.weight)
+
+
+CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+
+
+def run_all(device: str, size: str, names=None) -> dict[str, str]:
+    """Run the cases; map name -> "ok" or the formatted failure."""
+    results = {}
+    for name in names or CASES:
+        try:
+            CASES[name](device, size)
+            results[name] = "ok"
+        except Exception:  # report every case, not only the first failure
+            results[name] = traceback.format_exc()
+    return results
+
+
+def compile_for_cuda(arch: int = 90) -> dict[str, str]:
+    """Compile every kernel variant ahead of time for ``sm_<arch>`` (PTX and cubin, with the
+    ptxas that Triton bundles) -- no GPU needed. Catches what the interpreter does not check:
+    types across branches and loops, layouts, register spills. Returns name -> "ok"/error."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from tabloader.torch import kernels as K
+
+    target = GPUTarget("cuda", arch, 32)
+    i64, f32 = "*i64", "*fp32"
+    update_sig = {"W": f32, "state1": f32, "state2": f32, "grad": "*bf16", "perm": i64, "bag": i64, "scale": f32,
+                  "seg_row": "*i32", "seg_start": i64, "seg_count": i64, "seg_chunk": i64, "seg_nchunks": i64,
+                  "partial": f32, "D": "i32", "stride_w": "i32", "lr": "fp32", "eps": "fp32", "beta1": "fp32",
+                  "beta2": "fp32", "step_size": "fp32"}
+    jobs = {
+        "gather": (K._gather_kernel, {"W": f32, "rows": i64, "out": "*bf16", "N": "i32", "D": "i32", "stride_w": "i32"},
+                   {"BLOCK_N": 32, "BLOCK_D": 128}, 4),
+        "pooled": (K._pooled_kernel, {"W": f32, "rows": i64, "scale": f32, "offsets": i64, "out": "*fp16", "B": "i32",
+                                      "F": "i32", "D": "i32", "stride_w": "i32"}, {"BLOCK_L": 16, "BLOCK_D": 128}, 4),
+        "partial": (K._partial_kernel, {"grad": "*fp16", "perm": i64, "bag": i64, "scale": f32, "chunk_start": i64,
+                                        "chunk_count": i64, "partial": f32, "D": "i32"},
+                    {"HAS_BAG": True, "HAS_SCALE": True, "BLOCK_E": 16, "BLOCK_D": 128}, 2),
+    }
+    for opt in (0, 1, 2):
+        for bag in (False, True):
+            jobs[f"update_opt{opt}_bag{int(bag)}"] = (
+                K._update_kernel, update_sig,
+                {"OPT": opt, "HAS_BAG": bag, "HAS_SCALE": bag, "BLOCK_E": 16, "BLOCK_C": 16, "BLOCK_D": 128}, 2)
+    results = {}
+    for name, (fn, sig, consts, warps) in jobs.items():
+        try:
+            sig = {**sig, **{k: "constexpr" for k in consts}}
+            compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts),
+                                      target=target, options={"num_warps": warps})
+            assert compiled.asm.get("cubin"), "no cubin produced"
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    return results
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if sys.argv[1:2] == ["--compile"]:
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            sys.exit("run --compile without TRITON_INTERPRET")
+        print(json.dumps(compile_for_cuda(int(sys.argv[2]) if len(sys.argv) > 2 else 90)))
+        sys.exit(0)
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("run with TRITON_INTERPRET=1 (the kernels must be decorated in interpreter mode)")
+    import torch
+
+    torch.set_num_threads(1)
+    names = sys.argv[1:] or None
+    print(json.dumps(run_all("cpu", "small", names)))
