@@ -1,0 +1,234 @@
+"""The loader itself: :class:`Loader` wires the stages into an iterable of batches.
+
+It builds the column layout, the reader, the partition plan, the shuffler and the batcher from
+its arguments, and per epoch runs plan -> read -> chunk buffer -> shuffle -> batch, with the
+next chunk prefetched on a background thread. It keeps the position in the epoch so that
+``state_dict()`` / ``load_state_dict()`` resume mid-epoch, and imports no deep-learning
+framework (the torch and tf adapters hold one and only convert).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.loader.batcher import Batcher
+from tabloader.loader.buffer import Chunk, ChunkBuffer, _arrow_list_to_numpy
+from tabloader.loader.layout import ColumnLayout
+from tabloader.loader.plan import ChunkSpec, PartitionPlan
+from tabloader.loader.prefetch import Prefetcher
+from tabloader.loader.reader import PartitionReader, ReadAhead
+from tabloader.loader.shuffle import Shuffler
+
+
+class Loader:
+    """Shuffled batches of a dataset as numpy (CPU) or CuPy (GPU) arrays, framework-free.
+
+    Each ``iter(loader)`` runs one epoch and the next ``iter`` the following epoch. A batch is
+    ``(features, target)``: ``features`` maps column name -> 1-D array (list columns: a
+    ``(values, offsets)`` pair, ``offsets`` int64 of length rows + 1); ``target`` is a 1-D
+    array for one target column, ``(rows, n_targets)`` for several, or None.
+
+    Nulls: a null in an integer, boolean or list column raises a :class:`LoaderReadError`
+    naming the column and the file; in a float column it is handed on as NaN (pandas' null).
+
+    Args:
+        dataset: a :class:`tabloader.Dataset` (possibly transformed by a workflow) or a path.
+        batch_size: rows per batch (>= 1).
+        shuffle: shuffle the partition order per epoch and the rows within each chunk.
+        seed: seed of every shuffle; the epoch's order depends on ``(seed, epoch)``.
+        device: ``"cpu"`` (numpy) or ``"cuda"`` (CuPy; decoded by cuDF when the dataset is a
+            cuDF one, else by pyarrow and copied to the GPU once per chunk from pinned memory).
+        categorical, continuous, target: column names overriding the schema's CATEGORICAL,
+            CONTINUOUS and TARGET tags (``[]`` for none).
+        drop_last: drop the last short batch (and, with several ranks, the rows that do not
+            divide evenly among them).
+        buffer_size: bytes of one chunk (``"256MB"`` or an int): rows are shuffled within a
+            chunk. The loader holds at most two chunks (the one consumed and the one being
+            prefetched), plus one decoded partition.
+        parts_per_chunk: partitions per chunk instead of a byte budget.
+        global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
+            get disjoint rows and the same number of batches; rows that do not divide evenly are
+            padded by repeating rows from the start of the epoch (as DistributedSampler does).
+        prefetch: build the next chunk on a background thread.
+
+    Every row is yielded exactly once per epoch (single rank; with several ranks, exactly once
+    over the rank set apart from the at most ``global_size - 1`` padded rows).
+
+    Example:
+        >>> import numpy as np, pandas as pd, tabloader as tl
+        >>> ds = tl.Dataset(pd.DataFrame({"a": np.arange(6), "y": np.zeros(6, "float32")}))
+        >>> loader = tl.Loader(ds, batch_size=4, categorical=["a"], target="y", seed=1)
+        >>> len(loader), [f["a"].shape for f, _ in loader]
+        (2, [(4,), (2,)])
+    """
+
+    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, seed: int = 0, device: str = "cpu",
+                 categorical: Sequence[str] | str | None = None, continuous: Sequence[str] | str | None = None,
+                 target: Sequence[str] | str | None = None, drop_last: bool = False,
+                 buffer_size: int | str = "256MB", parts_per_chunk: int | None = None,
+                 global_rank: int | None = None, global_size: int | None = None, prefetch: bool = True) -> None:
+        if isinstance(dataset, str):
+            from tabloader.dataset import Dataset
+
+            dataset = Dataset(dataset)
+        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.shuffle, self.seed, self.drop_last, self.prefetch = bool(shuffle), int(seed), bool(drop_last), prefetch
+        self.device = backend.resolve_device(device)
+        self.global_rank = int(global_rank or 0)
+        self.global_size = int(global_size or 1)
+        self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target)
+        self.gpu_frames = self.device == "cuda" and getattr(dataset, "device", "cpu") == "cuda"
+        floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
+        self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
+        self.buffer_bytes = _parse_bytes(buffer_size)
+        self.parts_per_chunk = parts_per_chunk
+        sizes = dataset.partition_sizes()
+        if sizes is None:  # a transform may drop rows: count them once by reading
+            sizes = [self.reader.count(i) for i in range(dataset.npartitions)]
+        rows_per_chunk = None
+        if parts_per_chunk is None:
+            rows_per_chunk = max(1, int(self.buffer_bytes // self.layout.row_bytes(self._list_lengths(sizes))))
+        self.plan = PartitionPlan(sizes, self.shuffle, self.seed, self.global_rank, self.global_size,
+                                  self.drop_last, rows_per_chunk, parts_per_chunk)
+        self.shuffler = Shuffler(self.shuffle, self.seed, self.device)
+        self.batcher = Batcher(self.layout, self.batch_size, self.drop_last)
+        self._buffer: ChunkBuffer | None = None
+        self._epoch, self._start_row = 0, 0
+        self._current: list[int] | None = None  # [epoch, rows yielded] of the running epoch
+        self._active: Any = None
+
+    # --- sizes ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches per epoch (the same on every rank)."""
+        return self.plan.num_batches(self.batch_size)
+
+    @property
+    def rows_per_epoch(self) -> int:
+        """Rows this rank yields per epoch."""
+        rows = self.plan.rows_per_rank
+        return rows // self.batch_size * self.batch_size if self.drop_last else rows
+
+    def _list_lengths(self, sizes: Sequence[int]) -> dict[str, float]:
+        if not self.layout.lists:
+            return {}
+        first = next((i for i, s in enumerate(sizes) if s), None)
+        if first is None:
+            return {}
+        table = self.reader.read(first)
+        if backend.is_gpu_object(table):
+            return {n: float(table[n].list.len().mean()) for n in self.layout.lists}
+        return {n: len(_arrow_list_to_numpy(table.column(n))[0]) / max(1, len(table)) for n in self.layout.lists}
+
+    # --- iteration --------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], Any]]:
+        self.close()
+        epoch, start = self._epoch, self._start_row
+        self._epoch, self._start_row = epoch + 1, 0
+        self._current = [epoch, start]
+        generator = self._run(epoch, start)
+        self._active = generator
+        return generator
+
+    def _run(self, epoch: int, start: int) -> Iterator[tuple[dict[str, Any], Any]]:
+        specs = [s for s in self.plan.chunks(epoch) if s.row_start + s.num_rows > start]
+        buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
+        reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments],
+                                       ahead=1 if self.prefetch else 0)
+        build = lambda spec: self._build(buffer, reads, spec, epoch)  # noqa: E731
+        source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
+        try:
+            for features, target, rows in self.batcher.batches(source, start, self.plan.rows_per_rank):
+                self._current[1] += rows
+                yield features, target
+            self._current = None  # finished: state_dict() points at the next epoch
+        finally:
+            if isinstance(source, Prefetcher):
+                source.close()
+            reads.close()
+
+    def _chunk_buffer(self, max_rows: int) -> ChunkBuffer:
+        slots = 2 if self.prefetch else 1
+        if self._buffer is None or self._buffer.max_rows < max_rows or self._buffer.slots != slots:
+            self._buffer = ChunkBuffer(self.layout, max_rows, self.device, slots=slots)
+        return self._buffer
+
+    def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int) -> Chunk:
+        tables = [reads.get(seg.partition) for seg in spec.segments]
+        chunk = buffer.fill(spec, tables)
+        chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
+        return chunk
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the running (or next) iteration covers."""
+        return self._current[0] if self._current is not None else self._epoch
+
+    # --- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands: epoch, rows and batches of it already yielded, and the
+        settings the position depends on. Load it into a new loader to resume mid-epoch."""
+        epoch, rows = self._current if self._current is not None else (self._epoch, self._start_row)
+        return {"epoch": int(epoch), "rows": int(rows), "batches": -(-int(rows) // self.batch_size),
+                "seed": self.seed, "shuffle": self.shuffle, "batch_size": self.batch_size,
+                "global_rank": self.global_rank, "global_size": self.global_size, "drop_last": self.drop_last,
+                "rows_per_chunk": self.plan.rows_per_chunk, "parts_per_chunk": self.plan.parts_per_chunk,
+                "partition_sizes": [int(s) for s in self.plan.sizes]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the next ``iter`` yields exactly the rows not yet yielded
+        in that epoch (chunks already consumed are skipped without being read)."""
+        keys = ("shuffle", "global_rank", "global_size", "drop_last", "rows_per_chunk", "parts_per_chunk")
+        differ = [f"{k}={state[k]!r} (this loader: {v!r})" for k in keys
+                  if k in state and state[k] != (v := self.state_dict()[k])]
+        if "partition_sizes" in state and list(state["partition_sizes"]) != [int(s) for s in self.plan.sizes]:
+            differ.append("partition_sizes (the dataset changed)")
+        if differ:
+            raise ValueError("cannot resume: the state was saved by a loader with " + "; ".join(differ))
+        self.close()
+        self.seed = int(state.get("seed", self.seed))
+        self.plan.seed = self.shuffler.seed = self.seed
+        self._epoch, self._start_row = int(state["epoch"]), int(state["rows"])
+        self._current = None
+
+    # --- closing ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop a running epoch (and its prefetch thread). The loader stays usable."""
+        active, self._active = self._active, None
+        if active is not None:
+            active.close()
+        self.reader._cache = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"Loader(batch_size={self.batch_size}, batches={len(self)}, shuffle={self.shuffle}, "
+                f"seed={self.seed}, device={self.device!r}, rank={self.global_rank}/{self.global_size}, "
+                f"features={list(self.layout.features)}, target={list(self.layout.targets)})")
+
+
+def _parse_bytes(size: int | str) -> int:
+    from dask.utils import parse_bytes
+
+    try:
+        value = int(size) if isinstance(size, (int, np.integer)) else parse_bytes(size)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"buffer_size={size!r} is not a size such as '512MB' ({exc})") from None
+    if value <= 0:
+        raise ValueError(f"buffer_size must be positive, got {size!r}")
+    return value
