@@ -155,6 +155,10 @@ class Workflow:
             preserves = all(n.op.preserves_rows for n in self.nodes if n.kind == "op")
             return data.with_transform(self.transform_frame, self.output_schema, self.input_columns, preserves)
         if isinstance(data, pd.DataFrame) or backend.is_gpu_object(data):
+            missing = [c for c in self.input_columns if c not in data.columns]
+            if missing:
+                raise KeyError(f"the workflow reads column(s) {missing}, which the DataFrame lacks; "
+                               f"available: {list(data.columns)}")
             return self.transform_frame(data)
         return self.transform(Dataset(data)).to_ddf()
 

@@ -358,3 +358,15 @@ def test_local_cluster_gives_identical_results(processes):
         wf = _all_ops_workflow().fit(ds)
         got = wf.transform(ds).compute()
     pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-9)
+
+
+def test_encoded_schema_drops_raw_value_properties():
+    frame = pd.DataFrame({"c": [10, 20, 20, 30, 30, 30]})
+    schema = tl.Schema([tl.ColumnSchema("c", "int64", {"categorical"}, {"domain": {"min": 10, "max": 30},
+                                                                         "max_distinct": 3, "note": "kept"})])
+    wf = Workflow(["c"] >> Categorify(), progress=False).fit(tl.Dataset(frame, schema=schema))
+    props = wf.output_schema["c"].properties
+    cardinality = 2 + 1 + 3  # null, one OOV bucket, three values
+    assert props["cardinality"] == cardinality
+    assert props["domain"] == {"min": 0, "max": cardinality - 1}
+    assert "max_distinct" not in props and props["note"] == "kept"

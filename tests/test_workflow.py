@@ -536,3 +536,10 @@ def test_criteo_pipeline_end_to_end_matches_pandas(tmp_path):
     # the written _schema.json is the workflow's output schema
     assert Dataset(out_dir).schema.select_by_tag(Tags.CATEGORICAL).column_names == cats
 
+
+
+def test_transform_of_a_dataframe_missing_a_column_names_it():
+    frame = pd.DataFrame({"x": [1.0, 2.0], "y": [3.0, 4.0]})
+    wf = Workflow(["x", "y"] >> T.AddOne(), progress=False).fit(frame)
+    with pytest.raises(KeyError, match=r"\['y'\].*available: \['x'\]"):
+        wf.transform(frame[["x"]])

@@ -218,9 +218,15 @@ def _check_buckets(op: Any, num_buckets: Any) -> None:
                              f"got {nb!r}")
 
 
+# Properties describing the raw values; they no longer hold once a column is encoded.
+_RAW_VALUE_PROPERTIES = ("domain", "max_distinct")
+
+
 def _categorical_schema(col: ColumnSchema, cardinality: int, dtype: str, **properties: Any) -> ColumnSchema:
-    out = col.without_tags(Tags.CONTINUOUS).with_tags(Tags.CATEGORICAL).with_dtype(dtype)
-    return out.with_properties(cardinality=int(cardinality), embedding_dim=embedding_dim(cardinality), **properties)
+    kept = {k: v for k, v in col.properties.items() if k not in _RAW_VALUE_PROPERTIES}
+    out = ColumnSchema(col.name, dtype, col.tags - {str(Tags.CONTINUOUS)} | {str(Tags.CATEGORICAL)}, kept, col.is_list)
+    return out.with_properties(cardinality=int(cardinality), embedding_dim=embedding_dim(cardinality),
+                               domain={"min": 0, "max": int(cardinality) - 1}, **properties)
 
 
 class HashBucket(Operator):
