@@ -1,17 +1,52 @@
-"""The ``tabloader`` command line.
+"""The ``tabloader`` command line: demo, synth, fit, transform, inspect, bench.
 
-Example:
-    >>> main(["--help"])  # doctest: +SKIP
+Examples::
+
+    tabloader demo --rows 200000                      # the end-to-end demo (make demo)
+    tabloader synth criteo raw/ --rows 1e6 --files 4  # synthetic data as parquet
+    tabloader fit spec.yaml raw/ wf/                  # fit a workflow, save it
+    tabloader transform wf/ raw/ out/ --output-files 4 --shuffle
+    tabloader inspect wf/                             # a saved workflow's schema and statistics
+    tabloader inspect out/                            # a dataset's schema
+    tabloader bench loader -- --rows 100000           # benchmarks/loader.py with arguments
+
+Exit codes: 0 success, 2 bad arguments or a user error (missing file, bad spec, missing
+column), 1 any other failure.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
-import tempfile
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
+
+FIT_SPEC_HELP = """\
+WORKFLOW_SPEC is a YAML (or JSON) file or a Python file.
+
+YAML: a mapping with `groups` (a list of column groups, each with `columns: [names]` or
+`tag: <tag>` and `ops: [...]`, the operators applied in order) and optional `passthrough`
+(columns copied as they are). An operator is a name from tabloader.ops, alone or with its
+arguments as a mapping:
+
+    groups:
+      - tag: categorical                  # or: columns: [C1, C2, ...]
+        ops:
+          - Categorify: {freq_threshold: 2}
+      - columns: [I1, I2, I3]
+        ops: [FillMissing: {fill_val: 0}, Clip: {min_value: 0}, LogOp, Normalize]
+    passthrough: [label]
+
+A top-level list is read as `groups` alone.
+
+Python: a file that defines `workflow`, a tabloader.Workflow (not yet fitted), e.g.
+
+    from tabloader import Workflow, ops
+    workflow = Workflow((["C1", "C2"] >> ops.Categorify()) + ["label"])
+"""
 
 
 def _positive_int(text: str) -> int:
@@ -24,16 +59,28 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tabloader", description=(__doc__ or "The tabloader command line.").splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+class CommandError(Exception):
+    """A user error in a command: printed as one line, exit code 2."""
 
-    demo = sub.add_parser("demo", help="generate synthetic Criteo-like data and run the pipeline on it")
-    demo.add_argument("--rows", type=_positive_int, default=1_000_000, help="rows to generate (default 1M)")
-    demo.add_argument("--files", type=_positive_int, default=4, help="parquet files to write")
-    demo.add_argument("--workdir", default=None, help="where to write data (default: a temporary directory)")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tabloader", description=(__doc__ or "").splitlines()[0],
+                                     epilog="Run `tabloader COMMAND --help` for a command's options.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="synthetic Criteo-like data -> fit -> transform -> train a DLRM -> AUC",
+                          description="Generate synthetic Criteo-like data, fit and apply the Criteo workflow, "
+                                      "train a small DLRM for one epoch through tabloader.torch.Loader and "
+                                      "report each stage's time and the validation AUC.")
+    demo.add_argument("--rows", type=_positive_int, default=1_000_000,
+                      help="rows to generate, train + validation (default 1M)")
+    demo.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    demo.add_argument("--workdir", default=None, help="keep the data here (default: a temporary directory)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.add_argument("--batch-size", type=_positive_int, default=4096)
+    demo.add_argument("--epochs", type=_positive_int, default=1)
+    demo.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: the cores less one, for the loader)")
+    demo.add_argument("--quiet", action="store_true", help="no progress bars, only the report")
 
     synth = sub.add_parser("synth", help="write a synthetic dataset as parquet")
     synth.add_argument("kind", choices=["criteo", "movielens"])
@@ -43,9 +90,50 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--overwrite", action="store_true")
 
-    inspect = sub.add_parser("inspect", help="print a dataset's schema and size")
-    inspect.add_argument("path")
+    fit = sub.add_parser("fit", help="fit a workflow (YAML or Python spec) on a dataset and save it",
+                         description="Fit a workflow on DATA and save it to OUT.", epilog=FIT_SPEC_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    fit.add_argument("spec", metavar="WORKFLOW_SPEC", help="a .yaml/.yml/.json or .py file (see below)")
+    fit.add_argument("data", metavar="DATA", help="parquet/CSV file, directory or glob")
+    fit.add_argument("out", metavar="OUT", help="directory to save the fitted workflow to")
+    fit.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    fit.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    transform = sub.add_parser("transform", help="apply a saved workflow to a dataset, write parquet")
+    transform.add_argument("workflow", metavar="WORKFLOW_DIR", help="a directory written by `tabloader fit`")
+    transform.add_argument("data", metavar="DATA", help="parquet/CSV file, directory or glob")
+    transform.add_argument("out", metavar="OUT", help="output directory")
+    transform.add_argument("--output-files", type=_positive_int, default=None,
+                           help="number of parquet files (default: one per partition)")
+    transform.add_argument("--shuffle", action="store_true", help="shuffle rows within partitions and the files")
+    transform.add_argument("--seed", type=int, default=None, help="seed of --shuffle")
+    transform.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    transform.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    inspect = sub.add_parser("inspect", help="print a dataset's or a saved workflow's schema and statistics")
+    inspect.add_argument("path", help="a dataset (file, directory, glob) or a saved workflow directory")
+
+    bench = sub.add_parser("bench", help="run the benchmarks/ scripts and print their tables",
+                           description="Run benchmarks/NAME.py (all of them by default) from the source "
+                                       "checkout; arguments after `--` are passed to every script.")
+    bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
+    bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     return parser
+
+
+# --------------------------------------------------------------------------------------------
+# demo / synth
+# --------------------------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> None:
+    from tabloader.demo import format_report, run_demo
+
+    if args.rows < 2000:
+        raise CommandError(f"--rows must be >= 2000 for the demo's train/validation split, got {args.rows}")
+    if not args.quiet:
+        print(f"tabloader demo: {args.rows:,} rows (progress on stderr; --quiet to hide it)", file=sys.stderr)
+    report = run_demo(rows=args.rows, device=args.device, workdir=args.workdir, seed=args.seed, quiet=args.quiet,
+                      batch_size=args.batch_size, epochs=args.epochs, threads=args.threads)
+    print(format_report(report))
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
@@ -58,45 +146,340 @@ def cmd_synth(args: argparse.Namespace) -> None:
           f"in {time.perf_counter() - start:.1f} s")
 
 
-def cmd_inspect(args: argparse.Namespace) -> None:
+# --------------------------------------------------------------------------------------------
+# fit / transform
+# --------------------------------------------------------------------------------------------
+def load_workflow_spec(path: str, schema: Any = None) -> Any:
+    """An unfitted :class:`tabloader.Workflow` from a YAML/JSON or Python spec file (see
+    ``tabloader fit --help``). ``schema`` (the data's) lets `tag:` groups be checked early."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"workflow spec {path} does not exist")
+    suffix = Path(path).suffix.lower()
+    if suffix == ".py":
+        return _workflow_from_python(path)
+    if suffix in (".yaml", ".yml", ".json"):
+        return _workflow_from_yaml(path, schema)
+    raise CommandError(f"workflow spec {path}: expected a .yaml, .yml, .json or .py file")
+
+
+def _workflow_from_python(path: str) -> Any:
+    import runpy
+
+    from tabloader.workflow import Workflow
+
+    try:
+        namespace = runpy.run_path(path, run_name="tabloader_workflow_spec")
+    except Exception as exc:
+        raise CommandError(f"workflow spec {path} failed to run: {type(exc).__name__}: {exc}") from exc
+    workflow = namespace.get("workflow")
+    if not isinstance(workflow, Workflow):
+        got = "nothing" if workflow is None else type(workflow).__name__
+        raise CommandError(f"workflow spec {path} must define `workflow`, a tabloader.Workflow (it defines {got})")
+    return workflow
+
+
+def _workflow_from_yaml(path: str, schema: Any = None) -> Any:
+    import yaml
+
+    from tabloader import ops
+    from tabloader.graph import ColumnSelector, Node
+    from tabloader.workflow import Workflow
+
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise CommandError(f"workflow spec {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if isinstance(doc, list):
+        doc = {"groups": doc}
+    if not isinstance(doc, dict):
+        raise CommandError(f"workflow spec {path}: expected a mapping with `groups` (and `passthrough`), "
+                           f"got {type(doc).__name__}")
+    unknown = set(doc) - {"groups", "passthrough"}
+    if unknown:
+        raise CommandError(f"workflow spec {path}: unknown key(s) {sorted(unknown)}; expected `groups`, `passthrough`")
+    groups = doc.get("groups") or []
+    passthrough = doc.get("passthrough") or []
+    if isinstance(passthrough, str):
+        passthrough = [passthrough]
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise CommandError(f"workflow spec {path}: `groups` must be a list of mappings")
+    if not groups and not passthrough:
+        raise CommandError(f"workflow spec {path} defines no groups and no passthrough columns")
+    outputs: list[Any] = []
+    for i, group in enumerate(groups):
+        where = f"workflow spec {path}, group {i + 1}"
+        extra = set(group) - {"columns", "tag", "ops"}
+        if extra:
+            raise CommandError(f"{where}: unknown key(s) {sorted(extra)}; expected `columns` or `tag`, and `ops`")
+        if ("columns" in group) == ("tag" in group):
+            raise CommandError(f"{where}: give exactly one of `columns` and `tag`")
+        if "columns" in group:
+            columns = group["columns"]
+            columns = [columns] if isinstance(columns, str) else columns
+            if not isinstance(columns, list) or not columns or not all(isinstance(c, str) for c in columns):
+                raise CommandError(f"{where}: `columns` must be a non-empty list of column names")
+            if schema is not None:
+                missing = [c for c in columns if c not in schema]
+                if missing:
+                    raise CommandError(f"{where}: column(s) {missing} not in the data (columns: {schema.column_names})")
+            node = Node.coerce(list(columns))
+        else:
+            tag = str(group["tag"])
+            if schema is not None and not schema.select_by_tag(tag).column_names:
+                raise CommandError(f"{where}: no column of the data is tagged {tag!r}")
+            node = Node("select", selector=ColumnSelector(tags=[tag]))
+        op_specs = group.get("ops") or []
+        if not isinstance(op_specs, list):
+            op_specs = [op_specs]
+        for spec in op_specs:
+            node = node >> _make_op(spec, where, ops)
+        outputs.append(node)
+    if passthrough:
+        outputs.append(Node.coerce(list(passthrough)))
+    output = outputs[0]
+    for node in outputs[1:]:
+        output = output + node
+    return Workflow(output)
+
+
+def _make_op(spec: Any, where: str, ops: Any) -> Any:
+    if isinstance(spec, str):
+        name, kwargs = spec, {}
+    elif isinstance(spec, dict) and len(spec) == 1:
+        name, kwargs = next(iter(spec.items()))
+        kwargs = kwargs or {}
+    else:
+        raise CommandError(f"{where}: an op is a name or a one-key mapping {{Name: {{arguments}}}}, got {spec!r}")
+    cls = getattr(ops, str(name), None)
+    if not (isinstance(cls, type) and issubclass(cls, ops.Operator)) or name in ("Operator", "StatOperator"):
+        known = sorted(n for n in ops.__all__ if n not in ("Operator", "StatOperator", "NotFittedError"))
+        raise CommandError(f"{where}: unknown operator {name!r}; known: {', '.join(known)}")
+    if not isinstance(kwargs, dict):
+        raise CommandError(f"{where}: the arguments of {name} must be a mapping, got {kwargs!r}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise CommandError(f"{where}: bad arguments for {name}: {exc}") from None
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
     from tabloader import Dataset
 
-    describe(Dataset(args.path))
+    if os.path.exists(args.out) and not args.overwrite:
+        raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
+    dataset = Dataset(args.data)
+    workflow = load_workflow_spec(args.spec, dataset.schema)
+    missing = [c for c in workflow.input_columns if c not in dataset.schema]
+    if missing:
+        raise CommandError(f"the workflow reads column(s) {missing}, which {args.data} lacks "
+                           f"(columns: {dataset.schema.column_names})")
+    start = time.perf_counter()
+    workflow.fit(dataset, progress=not args.quiet)
+    workflow.save(args.out, overwrite=True)
+    print(f"fitted on {dataset.num_rows:,} rows of {args.data} in {time.perf_counter() - start:.1f} s; "
+          f"saved to {args.out}")
+    describe_schema(workflow.output_schema, "output")
+
+
+def cmd_transform(args: argparse.Namespace) -> None:
+    from tabloader import Dataset
+    from tabloader.workflow import Workflow
+
+    workflow = Workflow.load(args.workflow)
+    if os.path.exists(args.out) and not args.overwrite:
+        raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
+    dataset = Dataset(args.data)
+    missing = [c for c in workflow.input_columns if c not in dataset.schema]
+    if missing:
+        raise CommandError(f"the workflow {args.workflow} reads column(s) {missing}, which {args.data} lacks "
+                           f"(columns: {dataset.schema.column_names})")
+    start = time.perf_counter()
+    workflow.transform(dataset).to_parquet(args.out, output_files=args.output_files, shuffle=args.shuffle,
+                                           seed=args.seed, overwrite=args.overwrite, progress=not args.quiet)
+    out = Dataset(args.out)
+    print(f"transformed {dataset.num_rows:,} rows of {args.data} -> {out.num_rows:,} rows in "
+          f"{len(out.paths)} file(s) at {args.out} in {time.perf_counter() - start:.1f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# inspect
+# --------------------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from tabloader import Dataset
+    from tabloader.workflow import WORKFLOW_FILE
+
+    if os.path.isdir(args.path) and os.path.isfile(os.path.join(args.path, WORKFLOW_FILE)):
+        describe_workflow(args.path)
+    else:
+        describe(Dataset(args.path))
 
 
 def describe(dataset) -> None:
     print(f"{dataset}\nrows: {dataset.num_rows:,}  partitions: {dataset.npartitions}")
-    width = max(len(c.name) for c in dataset.schema)
-    for col in dataset.schema:
+    _print_columns(dataset.schema)
+
+
+def _print_columns(schema) -> None:
+    if not len(schema):
+        print("  (no columns)")
+        return
+    width = max(len(c.name) for c in schema)
+    for col in schema:
         kind = f"list<{col.dtype}>" if col.is_list else col.dtype
-        props = ", ".join(f"{k}={v}" for k, v in col.properties.items())
-        print(f"  {col.name:<{width}}  {kind:<10} {','.join(sorted(col.tags)):<24} {props}")
+        props = ", ".join(f"{k}={_short(v)}" for k, v in col.properties.items())
+        print(f"  {col.name:<{width}}  {kind:<10} {','.join(sorted(col.tags)):<24} {props}".rstrip())
 
 
-def cmd_demo(args: argparse.Namespace) -> None:
-    from tabloader import Dataset, synthetic
-
-    workdir = args.workdir or tempfile.mkdtemp(prefix="tabloader-demo-")
-    raw = os.path.join(workdir, "raw")
-    start = time.perf_counter()
-    synthetic.write_criteo(raw, args.rows, num_files=args.files, seed=args.seed, overwrite=True)
-    elapsed = time.perf_counter() - start
-    print(f"generated {args.rows:,} synthetic Criteo rows in {elapsed:.1f} s "
-          f"({args.rows / elapsed:,.0f} rows/s) -> {raw}")
-    describe(Dataset(raw))
+def describe_schema(schema, what: str) -> None:
+    print(f"{what} schema: {len(schema)} column(s)")
+    _print_columns(schema)
 
 
-COMMANDS = {"demo": cmd_demo, "synth": cmd_synth, "inspect": cmd_inspect}
+def _short(value: Any, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def describe_workflow(path: str) -> None:
+    from tabloader.ops.base import StatOperator
+    from tabloader.workflow import Workflow
+
+    wf = Workflow.load(path)
+    print(f"workflow {path}: {sum(n.kind == 'op' for n in wf.nodes)} operator(s), "
+          f"{len(wf.input_schema_)} input column(s) -> {len(wf.output_schema)} output column(s)")
+    print(f"graph: {wf.output_node.describe()}")
+    describe_schema(wf.input_schema_, "input")
+    describe_schema(wf.output_schema, "output")
+    print("fitted statistics:")
+    stat_nodes = [n for n in wf.nodes if n.kind == "op" and isinstance(n.op, StatOperator)]
+    if not stat_nodes:
+        print("  (no statistical operators)")
+    for node in stat_nodes:
+        cols = [c if isinstance(c, str) else "+".join(c) for c in node.input_columns or []]
+        print(f"  {type(node.op).__name__} on {_short(', '.join(cols), 80)}")
+        for line in _state_lines(node.op.get_state()):
+            print(f"    {line}")
+
+
+def _state_lines(state: dict) -> list[str]:
+    """Per-column scalars of an op's fitted state as a small table; other entries summarized."""
+    import numpy as np
+
+    per_column: dict[str, dict[str, Any]] = {}
+    other: list[str] = []
+    vocab_sizes = [len(v) for k, v in state.items() if k.startswith("vocab_") and hasattr(v, "__len__")]
+    if vocab_sizes:
+        other.append(f"vocabularies: {len(vocab_sizes)}, {min(vocab_sizes):,} to {max(vocab_sizes):,} values "
+                     f"({sum(vocab_sizes):,} in all)")
+    for key, value in state.items():
+        if key.startswith("vocab_") and vocab_sizes:
+            continue
+        if isinstance(value, dict) and value and all(np.isscalar(v) for v in value.values()):
+            for col, v in value.items():
+                per_column.setdefault(str(col), {})[key] = v
+        elif hasattr(value, "__len__") and not isinstance(value, (str, dict)):
+            if key == "keys":
+                continue
+            other.append(f"{key}: {len(value):,} entries")
+        elif not isinstance(value, dict):
+            other.append(f"{key}: {_short(value)}")
+    lines = []
+    if per_column:
+        keys = list(dict.fromkeys(k for d in per_column.values() for k in d))
+        width = max(len(c) for c in per_column)
+        lines.append(f"{'column':<{width}}  " + "  ".join(f"{k:>14}" for k in keys))
+        for col, values in per_column.items():
+            lines.append(f"{col:<{width}}  " + "  ".join(f"{_fmt(values.get(k)):>14}" for k in keys))
+    return lines + other
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "f"):
+        return f"{float(value):.6g}"
+    if isinstance(value, (int,)) or hasattr(value, "dtype"):
+        return f"{int(value):,}"
+    return _short(value, 14)
+
+
+# --------------------------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------------------------
+def benchmarks_dir() -> Path:
+    import tabloader
+
+    return Path(tabloader.__file__).resolve().parents[1] / "benchmarks"
+
+
+def available_benchmarks(directory: Path | None = None) -> list[str]:
+    directory = directory or benchmarks_dir()
+    if not directory.is_dir():
+        return []
+    return sorted(p.stem for p in directory.glob("*.py") if not p.name.startswith("_"))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    directory = benchmarks_dir()
+    names = available_benchmarks(directory)
+    if not names:
+        raise CommandError(f"no benchmark scripts found in {directory}: `tabloader bench` runs the benchmarks/ "
+                           "folder of a source checkout (git clone the repository and install it with pip -e)")
+    if args.list:
+        print("\n".join(names))
+        return 0
+    unknown = [n for n in args.names if n not in names]
+    if unknown:
+        raise CommandError(f"unknown benchmark(s) {unknown}; available: {', '.join(names)}")
+    failed = []
+    for name in args.names or names:
+        script = directory / f"{name}.py"
+        command = [sys.executable, str(script), *args.extra]
+        print(f"== {name}: {' '.join(command[1:])}", flush=True)
+        start = time.perf_counter()
+        rc = subprocess.call(command, cwd=str(directory.parent))
+        print(f"== {name}: exit code {rc} after {time.perf_counter() - start:.1f} s", flush=True)
+        if rc != 0:
+            failed.append(f"{name} (exit code {rc})")
+    if failed:
+        print(f"tabloader bench: error: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "synth": cmd_synth, "fit": cmd_fit, "transform": cmd_transform,
+            "inspect": cmd_inspect, "bench": cmd_bench}
+
+# Exceptions that are the user's mistake (a path, a column, a spec): one line, exit code 2.
+_USER_ERRORS = (CommandError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+                PermissionError, ValueError, TypeError, KeyError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if extra and args.command != "bench":
+        parser.error(f"arguments after `--` are only taken by `bench`: {' '.join(extra)}")
+    args.extra = extra
     try:
-        COMMANDS[args.command](args)
-    except (FileNotFoundError, FileExistsError, ValueError, TypeError) as exc:
-        print(f"tabloader {args.command}: error: {exc}", file=sys.stderr)
+        rc = COMMANDS[args.command](args)
+    except _USER_ERRORS as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"tabloader {args.command}: error: {message}", file=sys.stderr)
         return 2
-    return 0
+    except KeyboardInterrupt:
+        print(f"tabloader {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # anything else: still one line, and a nonzero code
+        print(f"tabloader {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return int(rc or 0)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,11 @@ def test_inspect_empty_directory(tmp_path, capsys):
     (["synth", "criteo", "out", "--rows", "0"], "must be >= 1"),
     (["synth", "criteo", "out", "--rows", "many"], "not a number"),
     (["synth", "imagenet", "out"], "invalid choice"),
-    (["demo", "--files", "-3"], "must be >= 1"),
+    (["demo", "--batch-size", "-3"], "must be >= 1"),
+    (["fit", "spec.yaml", "data"], "required"),
+    (["transform", "wf"], "required"),
+    (["transform", "wf", "data", "out", "--output-files", "0"], "must be >= 1"),
+    (["inspect", "x", "--", "y"], "only taken by `bench`"),
     (["demo", "--seed", "x"], "invalid int"),
 ])
 def test_bad_arguments_exit_with_code_2(argv, expected, capsys):
@@ -93,10 +97,169 @@ def test_help_exits_with_code_0(capsys):
         cli.main(["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("demo", "synth", "inspect"):
+    for command in ("demo", "synth", "fit", "transform", "inspect", "bench"):
         assert command in out
 
 
 def test_parser_knows_every_command():
     parser = cli.build_parser()
     assert set(cli.COMMANDS) <= set(parser._subparsers._group_actions[0].choices)
+
+
+# --- fit / transform / inspect a workflow -------------------------------------------------------
+SPEC = """
+groups:
+  - tag: categorical
+    ops:
+      - Categorify: {freq_threshold: 2}
+  - columns: [I1, I2]
+    ops: [FillMissing: {fill_val: 0}, Clip: {min_value: 0}, LogOp, Normalize]
+passthrough: [label]
+"""
+
+
+@pytest.fixture
+def criteo_dir(tmp_path):
+    from tabloader import synthetic
+
+    return synthetic.write_criteo(str(tmp_path / "raw"), 3000, num_files=2, num_categorical=3, num_continuous=2)
+
+
+def test_fit_transform_inspect_yaml(criteo_dir, tmp_path, capsys):
+    import json
+
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    wf_dir, out = tmp_path / "wf", tmp_path / "out"
+    assert cli.main(["fit", str(tmp_path / "spec.yaml"), criteo_dir, str(wf_dir), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "fitted on 3,000 rows" in text and (wf_dir / "workflow.json").exists()
+    assert cli.main(["fit", str(tmp_path / "spec.yaml"), criteo_dir, str(wf_dir), "--quiet"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+    assert cli.main(["transform", str(wf_dir), criteo_dir, str(out), "--output-files", "1", "--shuffle",
+                     "--seed", "3", "--quiet"]) == 0
+    assert "-> 3,000 rows in 1 file(s)" in capsys.readouterr().out
+    raw = pd.read_parquet(criteo_dir)
+    got = pd.read_parquet(out)
+    assert sorted(got.columns) == sorted(["C1", "C2", "C3", "I1", "I2", "label"])
+    assert got["label"].sum() == raw["label"].sum()
+    # an independent check of Normalize(LogOp(Clip(FillMissing))) on I1: mean 0, std 1
+    assert abs(got["I1"].mean()) < 1e-4 and abs(got["I1"].std(ddof=0) - 1) < 1e-3
+    # Categorify: ids of values seen < 2 times are out-of-vocabulary (2); the rest are >= 3
+    counts = raw["C3"].value_counts()
+    assert (got["C3"].isin([1, 2]).sum() >= (raw["C3"].map(counts) < 2).sum())
+    schema = json.loads((out / "_schema.json").read_text())
+    assert schema
+
+    assert cli.main(["inspect", str(wf_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "input schema" in text and "output schema" in text and "fitted statistics" in text
+    assert "Categorify on C1, C2, C3" in text and "cardinalities" in text
+    mean_line = [line for line in text.splitlines() if line.strip().startswith("I1 ")]
+    assert mean_line, text
+    assert "cardinality=" in text
+
+    assert cli.main(["inspect", str(out)]) == 0
+    assert "rows: 3,000" in capsys.readouterr().out
+
+
+def test_fit_python_spec(criteo_dir, tmp_path, capsys):
+    spec = tmp_path / "wf_spec.py"
+    spec.write_text("from tabloader import Workflow, ops\n"
+                    "workflow = Workflow((['C1', 'C2'] >> ops.Categorify()) + ['label'])\n")
+    assert cli.main(["fit", str(spec), criteo_dir, str(tmp_path / "wf"), "--quiet"]) == 0
+    assert "C1" in capsys.readouterr().out
+    bad = tmp_path / "bad_spec.py"
+    bad.write_text("x = 1\n")
+    assert cli.main(["fit", str(bad), criteo_dir, str(tmp_path / "wf2")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "workflow" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("groups: [{columns: [C1], ops: [Frobnicate]}]", "unknown operator 'Frobnicate'"),
+    ("groups: [{columns: [nope], ops: [Categorify]}]", "nope"),
+    ("groups: [{tag: user, ops: [Categorify]}]", "no column of the data is tagged 'user'"),
+    ("groups: [{columns: [C1], ops: [{Categorify: {frequency: 2}}]}]", "bad arguments for Categorify"),
+    ("groups: [{columns: [C1], tag: categorical}]", "exactly one of"),
+    ("groups: [C1]\n", "list of mappings"),
+    ("colums: [C1]", "unknown key"),
+    ("groups: [unclosed", "not valid YAML"),
+])
+def test_fit_bad_specs(spec, message, criteo_dir, tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec)
+    assert cli.main(["fit", str(path), criteo_dir, str(tmp_path / "wf")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "wf").exists()
+
+
+def test_fit_and_transform_missing_inputs(criteo_dir, tmp_path, capsys):
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    assert cli.main(["fit", str(tmp_path / "nope.yaml"), criteo_dir, str(tmp_path / "wf")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+    assert cli.main(["fit", str(tmp_path / "spec.txt"), criteo_dir, str(tmp_path / "wf")]) == 2
+    capsys.readouterr()
+    assert cli.main(["transform", str(tmp_path / "nowf"), criteo_dir, str(tmp_path / "out")]) == 2
+    assert "nowf" in capsys.readouterr().err
+    # a workflow reading a column the data lacks: named
+    assert cli.main(["fit", str(tmp_path / "spec.yaml"), criteo_dir, str(tmp_path / "wf"), "--quiet"]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    pd.DataFrame({"C1": [1, 2], "label": [0, 1]}).to_parquet(other / "x.parquet")
+    capsys.readouterr()
+    assert cli.main(["transform", str(tmp_path / "wf"), str(other), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "C2" in err and str(other) in err
+
+
+# --- bench ----------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_benchmarks(tmp_path, monkeypatch):
+    d = tmp_path / "benchmarks"
+    d.mkdir()
+    (d / "_common.py").write_text("")
+    (d / "alpha.py").write_text("import sys\nprint('alpha table', sys.argv[1:])\n")
+    (d / "beta.py").write_text("import sys\nprint('beta ran')\nsys.exit(3)\n")
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: d)
+    return d
+
+
+def test_bench_lists_and_runs(fake_benchmarks, capfd):
+    assert cli.main(["bench", "--list"]) == 0
+    assert capfd.readouterr().out.split() == ["alpha", "beta"]
+    assert cli.main(["bench", "alpha", "--", "--rows", "10"]) == 0
+    out = capfd.readouterr().out
+    assert "alpha table ['--rows', '10']" in out
+    assert cli.main(["bench"]) == 1
+    out, err = capfd.readouterr()
+    assert "alpha table" in out and "beta ran" in out and "beta (exit code 3)" in err
+    assert cli.main(["bench", "gamma"]) == 2
+    assert "unknown benchmark(s) ['gamma']" in capfd.readouterr().err
+
+
+def test_bench_without_checkout(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: tmp_path / "missing")
+    assert cli.main(["bench"]) == 2
+    assert "no benchmark scripts found" in capsys.readouterr().err
+
+
+def test_bench_finds_the_repository_scripts():
+    assert {"loader", "workflow"} <= set(cli.available_benchmarks())
+
+
+# --- demo -----------------------------------------------------------------------------------------
+@pytest.mark.torch
+def test_demo_command_prints_report(capfd):
+    pytest.importorskip("torch")
+    assert cli.main(["demo", "--rows", "4000", "--batch-size", "512", "--quiet", "--device", "cpu"]) == 0
+    out, err = capfd.readouterr()
+    assert err == ""
+    for word in ("generate", "fit", "transform", "train", "evaluate", "validation AUC", "rows/s"):
+        assert word in out
+
+
+def test_demo_command_rejects_too_few_rows(capsys):
+    assert cli.main(["demo", "--rows", "100", "--quiet"]) == 2
+    assert "--rows must be >= 2000" in capsys.readouterr().err
