@@ -159,6 +159,23 @@ class StatOperator(Operator):
             raise NotFittedError(f"{self.label}{where} is not fitted: call Workflow.fit(dataset) before transform")
 
 
+class CachedLookups:
+    """Mixin for statistical operators that cache lookup tables built from their fitted state.
+
+    The cache lives in ``_lookup``; it is neither saved nor pickled (each process, a Dask
+    worker too, rebuilds it on first use), and it is dropped whenever the fitted state changes.
+    """
+
+    def clear(self) -> None:
+        super().clear()  # type: ignore[misc]
+        self._lookup = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lookup", None)
+        return state
+
+
 def check_numeric(op: Operator, frame: Any, columns: Sequence[str]) -> None:
     """Raise a TypeError naming the operator, column and dtype for non-numeric columns."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.ops.base import Columns, NotFittedError, StatOperator, group_name
+from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
 from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, cross_hash, hash_values, map_column,
                                    new_frame, normalize_column, param_for)
 from tabloader.schema import ColumnSchema, Schema, Tags
@@ -177,7 +177,7 @@ def null_mask(cols: Sequence[NormalizedColumn], how: str = "any") -> np.ndarray 
 
 
 # --- Categorify ----------------------------------------------------------------------------
-class Categorify(StatOperator):
+class Categorify(CachedLookups, StatOperator):
     """Encode categorical columns as integer ids, most frequent values first.
 
     Ids follow the contract of :mod:`tabloader.ops.categorify`: ``1`` null, ``[2, 2 +
@@ -440,15 +440,6 @@ class Categorify(StatOperator):
         self.null_counts_ = dict(state["null_counts"])
         self.cardinalities_ = dict(state["cardinalities"])
         self._lookup = {}
-
-    def clear(self) -> None:
-        super().clear()
-        self._lookup = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lookup", None)  # rebuilt lazily where the op runs
-        return state
 
     # --- transform -------------------------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:

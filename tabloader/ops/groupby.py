@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.ops.base import Columns, NotFittedError, StatOperator, check_numeric, group_name
+from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric, group_name
 from tabloader.ops.categorify import (ValueLookup, _arrow_to_pandas, _sum_int, as_pandas, concat_keys,
                                       factorize_rows, group_keys, null_mask)
 from tabloader.ops.hashing import NormalizedColumn, new_frame, normalize_column
@@ -68,7 +68,7 @@ def float_values(frame: Any, name: str) -> np.ndarray:
     return backend.to_host(frame[name]).to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-class JoinGroupby(StatOperator):
+class JoinGroupby(CachedLookups, StatOperator):
     """Per-category statistics of continuous columns, added to every row of that category.
 
     For each selected categorical column (or tuple group ``("a", "b")``, named ``a_b``) the
@@ -246,15 +246,6 @@ class JoinGroupby(StatOperator):
         self.stats_ = {p: state[f"stats_{i}"] for i, p in enumerate(state["prefixes"])}
         self.null_stats_ = {p: state[f"null_{i}"] for i, p in enumerate(state["prefixes"])}
         self._lookup = {}
-
-    def clear(self) -> None:
-        super().clear()
-        self._lookup = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lookup", None)
-        return state
 
     # --- transform -------------------------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.ops.base import Columns, NotFittedError, StatOperator, check_numeric
+from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
 from tabloader.ops.categorify import ValueLookup, _arrow_to_pandas, concat_keys, group_keys, null_mask
 from tabloader.ops.groupby import float_values, key_groups, normalize_keys, split_null_rows
 from tabloader.ops.hashing import new_frame
@@ -62,7 +62,7 @@ def fold_of(index: Any, kfold: int, fold_seed: int) -> np.ndarray:
     return (backend.hash_combine(seed, labels.view(np.uint64)) % np.uint64(kfold)).astype(np.int64)
 
 
-class TargetEncoding(StatOperator):
+class TargetEncoding(CachedLookups, StatOperator):
     """Encode categories by the smoothed mean of a target, k-fold out-of-fold for training rows.
 
     Output columns are named ``TE_{cat}_{target}`` (``cat`` is the column, or ``a_b`` for a
@@ -215,15 +215,6 @@ class TargetEncoding(StatOperator):
         self.stats_ = {p: state[f"stats_{i}"] for i, p in enumerate(state["prefixes"])}
         self.null_stats_ = {p: state[f"null_{i}"] for i, p in enumerate(state["prefixes"])}
         self._lookup = {}
-
-    def clear(self) -> None:
-        super().clear()
-        self._lookup = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lookup", None)
-        return state
 
     # --- transform -------------------------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:
