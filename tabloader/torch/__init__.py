@@ -18,6 +18,7 @@ from tabloader.torch.layers import (
     suggested_embedding_dim,
 )
 from tabloader.torch.loader import Loader
+from tabloader.torch.offload import OffloadedEmbeddingCollection, bytes_per_row, hot_rows_for_budget
 
 __all__ = [
     "Loader",
@@ -27,4 +28,7 @@ __all__ = [
     "ConcatenatedEmbeddings",
     "MultiHotEmbeddings",
     "FusedEmbeddingCollection",
+    "OffloadedEmbeddingCollection",
+    "hot_rows_for_budget",
+    "bytes_per_row",
 ]

@@ -1,0 +1,601 @@
+"""Host-offloaded embedding tables: hot rows on the accelerator, the rest in host memory.
+
+:class:`OffloadedEmbeddingCollection` is a :class:`~tabloader.torch.fused.FusedEmbeddingCollection`
+for tables that do not fit on the GPU. Categorify numbers values by descending frequency, so
+the hot rows of a table are its small ids: each table ``t`` is split at a row threshold
+``hot[t]``; rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
+``[hot[t], n_t)`` (and their state) in one host buffer. Per batch:
+
+* forward -- ids below the threshold gather from the device buffer; for the others the unique
+  cold rows are found (``torch.unique`` on the device), gathered on the host into a pinned
+  staging buffer (weights and, when training, their optimizer state), copied to the device
+  (``non_blocking``) and gathered there;
+* backward (inside ``loss.backward()``, like the fused collection) -- the same optimizer
+  update is applied in place to the hot rows and to the staged cold rows (and states), with
+  the same reference functions / Triton kernels as the fused collection; the updated cold rows
+  and states are then copied back to pinned host memory (``non_blocking``) and scattered into
+  the host buffer at the start of the next access (next forward, ``state_dict``,
+  ``table_weight`` ...). The device->host copy therefore overlaps with whatever runs between
+  this backward and the next forward (the dense optimizer step, the loader); the
+  host->device copy of a batch's cold rows is *not* overlapped with compute (no prefetch of the
+  next batch's rows yet).
+
+Because every update is per touched row and independent of the other rows (row-wise Adagrad
+state per row; Adam moments per row with the *global* step shared by all rows), the split gives
+the same results as the all-in-one fused collection: bit-for-bit for single-hot features, and up
+to float summation order (~1e-7) for pooled (multi-hot) features, whose bag sums add the hot
+and the cold part separately. If the cold store changed between a forward and its backward
+(several forwards before their backwards), the backward re-stages the current rows, so the
+update reads the same weights and states as the fused collection's would.
+
+Device: ``device="cuda"`` keeps the hot rows on the GPU; on ``device="cpu"`` everything runs
+the same path with the host as "device" (correct, slower; the tests run there).
+
+Threshold from a budget (``gpu_budget_bytes``): one resident row costs
+``bytes_per_row = 4 * D`` (weight) ``+ 4`` (row-wise Adagrad) or ``+ 8 * D`` (Adam's two
+moments). ``budget // bytes_per_row`` hot rows are split over the tables by water-filling:
+every table gets an equal share, a table smaller than its share is kept whole and the rest is
+shared again among the others. (Each table is looked up once per sample and, with
+frequency-ordered ids, the k-th row of every table is roughly equally hot, so equal per-table
+counts are close to the best hit rate for a given number of rows.) The budget covers the
+resident hot rows only; the per-batch staging buffers (at most ``lookups per batch`` unique cold
+rows and their state) come on top.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from tabloader.torch import fused as _fused
+from tabloader.torch.fused import (
+    MAX_DIM,
+    OPTIMIZERS,
+    FusedEmbeddingCollection,
+    LookupPlan,
+    adam_step_size,
+    load_kernels,
+    reference_update,
+    segments,
+    triton_interpreting,
+)
+from tabloader.torch.layers import EmbeddingConfig, check_configs, init_embedding_
+
+__all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row"]
+
+BACKENDS = ("auto", "triton", "reference")
+
+
+def bytes_per_row(dim: int, optimizer: str) -> int:
+    """Bytes one resident row costs on the device: the fp32 weight plus its optimizer state."""
+    extra = {"sgd": 0, "adagrad": 4, "adam": 8 * dim}[optimizer]
+    return 4 * dim + extra
+
+
+def hot_rows_for_budget(num_rows: Sequence[int], budget_bytes: int, dim: int, optimizer: str) -> list[int]:
+    """Split ``budget_bytes // bytes_per_row`` hot rows over tables by water-filling (see module doc)."""
+    total = max(0, int(budget_bytes)) // bytes_per_row(dim, optimizer)
+    hot = [0] * len(num_rows)
+    order = sorted(range(len(num_rows)), key=lambda i: num_rows[i])
+    left = total
+    for k, i in enumerate(order):
+        share = left // (len(order) - k)
+        hot[i] = min(int(num_rows[i]), share)
+        left -= hot[i]
+    return hot
+
+
+class _Planner:
+    """Borrows :meth:`FusedEmbeddingCollection.plan` (validation + flattening) for a virtual
+    all-in-one row space ``[0, total_rows)`` laid out exactly as the fused collection's."""
+
+    plan = FusedEmbeddingCollection.plan
+    _validate = FusedEmbeddingCollection._validate
+
+    def __init__(self, owner: "OffloadedEmbeddingCollection") -> None:
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        owner = object.__getattribute__(self, "_owner")
+        if name == "weight":  # plan() only reads weight.device
+            return owner.hot_weight
+        return getattr(owner, name)
+
+
+class _Staged:
+    """The unique cold rows of one batch, on the device."""
+
+    def __init__(self, uniq_host: torch.Tensor, inverse: torch.Tensor, weight: torch.Tensor,
+                 state1: torch.Tensor | None, state2: torch.Tensor | None, pad_local: torch.Tensor,
+                 version: int) -> None:
+        self.uniq_host, self.inverse = uniq_host, inverse
+        self.weight, self.state1, self.state2 = weight, state1, state2
+        self.pad_local, self.version = pad_local, version
+
+
+class _Split:
+    """A batch's lookups split into the hot part and the cold part (sub-plans on local rows)."""
+
+    def __init__(self, plan: LookupPlan, hot: LookupPlan, cold: LookupPlan, staged: _Staged | None) -> None:
+        self.plan, self.hot, self.cold, self.staged = plan, hot, cold, staged
+
+
+class _OffloadedLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, module: "OffloadedEmbeddingCollection", split: _Split,
+                dtype: torch.dtype) -> torch.Tensor:
+        ctx.module, ctx.split = module, split
+        return module._lookup(split, dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
+        module, split = ctx.module, ctx.split
+        if module is None:
+            raise RuntimeError("OffloadedEmbeddingCollection: a second backward through the same lookup "
+                               "would apply the update twice")
+        ctx.module = ctx.split = None
+        module._update(split, grad)
+        return None, None, None, None
+
+
+class OffloadedEmbeddingCollection(nn.Module):
+    """Embedding tables split between device (hot rows) and host memory (cold rows).
+
+    Same semantics, optimizers, arguments and outputs as
+    :class:`~tabloader.torch.fused.FusedEmbeddingCollection` (the update runs inside the
+    backward; see that module for the exact update rules), plus:
+
+    Args:
+        hot_rows: the per-table row threshold: an int (the same cap for every table), a float
+            in ``[0, 1]`` (that fraction of each table, rounded up), a sequence (one per table,
+            in config order) or a mapping ``table name -> rows``. Each is capped at the table's
+            size. Exclusive with ``gpu_budget_bytes``.
+        gpu_budget_bytes: device bytes for the resident hot rows and their optimizer state; the
+            threshold is derived by :func:`hot_rows_for_budget`.
+        device: where the hot rows live (``"cuda"``, ``"cpu"``, ...). The cold rows always live
+            in host memory.
+        pin_cold: allocate the host store itself in pinned memory (default False: the host
+            gathers a batch's rows into a pinned staging buffer anyway, and pinning hundreds of
+            GB is slow and takes them from the OS).
+
+    Attributes: ``hot_rows`` (list, per table), ``hot_weight`` (the device parameter
+    ``[sum hot, D]``), ``cold_weight`` (host ``[sum cold, D]``), optimizer states ``hot_*`` /
+    ``cold_*``; ``step``, ``lr``, ``eps``, ``betas`` as in the fused collection.
+
+    Example:
+        >>> import torch
+        >>> from tabloader.torch.layers import EmbeddingConfig
+        >>> coll = OffloadedEmbeddingCollection([EmbeddingConfig("C1", 100, 4)], hot_rows=10,
+        ...                                     optimizer="sgd", lr=0.1, device="cpu")
+        >>> coll.hot_rows
+        [10]
+        >>> out = coll({"C1": torch.tensor([1, 50, 50])})
+        >>> out.sum().backward()   # hot row 1 and cold row 50 are updated in place
+        >>> out.shape, coll.table_weight("C1").shape
+        (torch.Size([3, 4]), torch.Size([100, 4]))
+    """
+
+    def __init__(self, configs: Sequence[EmbeddingConfig], hot_rows: Any = None,
+                 gpu_budget_bytes: int | None = None, optimizer: str = "adagrad", lr: float = 0.01,
+                 eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999),
+                 initial_accumulator_value: float = 0.0, output: str = "concat",
+                 dtype: torch.dtype | None = torch.float32, validate_indices: bool = True,
+                 backend: str = "auto", chunk_size: int = 128, device: Any = None,
+                 pin_cold: bool = False) -> None:
+        super().__init__()
+        self._by_feature = check_configs(configs)
+        self.configs = list(configs)
+        dims = {c.embedding_dim for c in self.configs}
+        if len(dims) != 1:
+            raise ValueError("OffloadedEmbeddingCollection needs one embedding_dim for all its tables; got "
+                             f"{ {c.name: c.embedding_dim for c in self.configs} }. Build one collection per dim.")
+        self.embedding_dim = d = dims.pop()
+        if d > MAX_DIM:
+            raise ValueError(f"embedding_dim {d} > {MAX_DIM} is not supported by the fused kernels")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
+        if output not in ("concat", "stack", "dict"):
+            raise ValueError(f"output must be 'concat', 'stack' or 'dict', got {output!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"dtype must be float32, float16 or bfloat16 (weights stay float32), got {dtype}")
+        if int(chunk_size) < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.optimizer = optimizer
+        self.lr, self.eps, self.betas = float(lr), float(eps), (float(betas[0]), float(betas[1]))
+        self.output, self.dtype, self.backend = output, dtype, backend
+        self.validate_indices = validate_indices
+        self.chunk_size = int(chunk_size)
+        self.step = 0
+        device = torch.device(device if device is not None else "cpu")
+
+        sizes = [c.num_embeddings for c in self.configs]
+        self.hot_rows = self._resolve_hot(hot_rows, gpu_budget_bytes, sizes)
+        # virtual all-in-one layout (the fused collection's), hot layout, cold layout
+        self.table_offsets, hot_off, cold_off = {}, [], []
+        total = h = c = 0
+        for cfg, n, k in zip(self.configs, sizes, self.hot_rows):
+            self.table_offsets[cfg.name] = total
+            hot_off.append(h)
+            cold_off.append(c)
+            total, h, c = total + n, h + k, c + n - k
+        self.total_rows, self.total_hot, self.total_cold = total, h, c
+        self.features = [f for cfg in self.configs for f in cfg.features]
+        self._feature_cfg = [self._by_feature[f] for f in self.features]
+        self._planner = _Planner(self)
+
+        def dev(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int64, device=device)
+
+        starts = [self.table_offsets[cfg.name] for cfg in self.configs]
+        self.register_buffer("_feature_offsets", dev([self.table_offsets[c.name] for c in self._feature_cfg]),
+                             persistent=False)
+        self.register_buffer("_table_starts", dev(starts), persistent=False)
+        self.register_buffer("_table_hot", dev(self.hot_rows), persistent=False)
+        self.register_buffer("_hot_offsets", dev(hot_off), persistent=False)
+        self.register_buffer("_cold_offsets", dev(cold_off), persistent=False)
+        hot_pads = [hot_off[i] + cfg.padding_idx for i, cfg in enumerate(self.configs)
+                    if cfg.padding_idx is not None and cfg.padding_idx < self.hot_rows[i]]
+        cold_pads = [cold_off[i] + cfg.padding_idx - self.hot_rows[i] for i, cfg in enumerate(self.configs)
+                     if cfg.padding_idx is not None and cfg.padding_idx >= self.hot_rows[i]]
+        self.register_buffer("_hot_padding_rows", dev(hot_pads), persistent=False)
+        self.register_buffer("_cold_padding_rows", dev(cold_pads), persistent=False)
+
+        # device part: a parameter (so autograd calls our backward) and buffers
+        self.hot_weight = nn.Parameter(torch.empty((h, d), dtype=torch.float32, device=device))
+        init_acc = float(initial_accumulator_value)
+        if optimizer == "adagrad":
+            self.register_buffer("hot_state_sum", torch.full((h,), init_acc, device=device))
+        elif optimizer == "adam":
+            self.register_buffer("hot_exp_avg", torch.zeros((h, d), device=device))
+            self.register_buffer("hot_exp_avg_sq", torch.zeros((h, d), device=device))
+        # host part: plain tensors (module.to() must not move them); saved by _save_to_state_dict
+        pin = bool(pin_cold) and torch.cuda.is_available()
+        self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
+        self.cold_state1: torch.Tensor | None = None
+        self.cold_state2: torch.Tensor | None = None
+        if optimizer == "adagrad":
+            self.cold_state1 = torch.full((c,), init_acc, pin_memory=pin)
+        elif optimizer == "adam":
+            self.cold_state1 = torch.zeros((c, d), pin_memory=pin)
+            self.cold_state2 = torch.zeros((c, d), pin_memory=pin)
+        self._pending: list[tuple[Any, torch.Tensor, list[torch.Tensor]]] = []
+        self._cold_version = 0
+        self.reset_parameters()
+
+    # --- construction helpers ------------------------------------------------------------------
+    def _resolve_hot(self, hot_rows: Any, budget: int | None, sizes: list[int]) -> list[int]:
+        names = [c.name for c in self.configs]
+        if (hot_rows is None) == (budget is None):
+            raise ValueError("give exactly one of hot_rows (per table, or a fraction) and gpu_budget_bytes")
+        if budget is not None:
+            if int(budget) < 0:
+                raise ValueError(f"gpu_budget_bytes must be >= 0, got {budget}")
+            return hot_rows_for_budget(sizes, int(budget), self.embedding_dim, self.optimizer)
+        if isinstance(hot_rows, bool):
+            raise TypeError(f"hot_rows must be an int, a float fraction, a sequence or a mapping, got {hot_rows!r}")
+        if isinstance(hot_rows, float):
+            if not 0.0 <= hot_rows <= 1.0:
+                raise ValueError(f"hot_rows as a fraction must be in [0, 1], got {hot_rows}")
+            return [min(n, int(math.ceil(hot_rows * n))) for n in sizes]
+        if isinstance(hot_rows, int):
+            values = [hot_rows] * len(sizes)
+        elif isinstance(hot_rows, Mapping):
+            unknown = set(hot_rows) - set(names)
+            if unknown:
+                raise KeyError(f"hot_rows names unknown tables {sorted(unknown)}; tables: {names}")
+            missing = [n for n in names if n not in hot_rows]
+            if missing:
+                raise KeyError(f"hot_rows has no entry for tables {missing}")
+            values = [hot_rows[n] for n in names]
+        else:
+            values = list(hot_rows)
+            if len(values) != len(sizes):
+                raise ValueError(f"hot_rows has {len(values)} entries for {len(sizes)} tables")
+        out = []
+        for name, v, n in zip(names, values, sizes):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"table {name!r}: hot rows must be a non-negative int, got {v!r}")
+            out.append(min(n, v))
+        return out
+
+    def reset_parameters(self) -> None:
+        """Initialize every table by its config's ``init`` (on the host, as one table); zero padding."""
+        self._flush()
+        for cfg in self.configs:
+            full = torch.empty((cfg.num_embeddings, self.embedding_dim), dtype=torch.float32)
+            init_embedding_(full, cfg.init, cfg.padding_idx)
+            self._set_table(cfg.name, self.hot_weight.detach(), self.cold_weight, full)
+        self._cold_version += 1
+
+    # --- table access ----------------------------------------------------------------------------
+    def _table(self, name: str) -> tuple[int, EmbeddingConfig]:
+        for i, cfg in enumerate(self.configs):
+            if cfg.name == name:
+                return i, cfg
+        raise KeyError(f"no embedding table {name!r}; tables: {[c.name for c in self.configs]}")
+
+    def _parts(self, name: str, hot: torch.Tensor, cold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        i, cfg = self._table(name)
+        h0, c0, k = int(self._hot_offsets[i]), int(self._cold_offsets[i]), self.hot_rows[i]
+        return hot[h0:h0 + k], cold[c0:c0 + cfg.num_embeddings - k]
+
+    def _get_table(self, name: str, hot: torch.Tensor, cold: torch.Tensor) -> torch.Tensor:
+        self._flush()
+        a, b = self._parts(name, hot, cold)
+        return torch.cat([a.detach().cpu(), b])
+
+    def _set_table(self, name: str, hot: torch.Tensor, cold: torch.Tensor, value: torch.Tensor) -> None:
+        a, b = self._parts(name, hot, cold)
+        k = a.shape[0]
+        with torch.no_grad():
+            a.copy_(value[:k])
+            b.copy_(value[k:])
+
+    def _states(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+        if self.optimizer == "adagrad":
+            return [("state_sum", self.hot_state_sum, self.cold_state1)]
+        if self.optimizer == "adam":
+            return [("exp_avg", self.hot_exp_avg, self.cold_state1),
+                    ("exp_avg_sq", self.hot_exp_avg_sq, self.cold_state2)]
+        return []
+
+    def table_weight(self, name: str) -> torch.Tensor:
+        """All rows of table ``name`` as one host tensor (a copy: hot rows then cold rows)."""
+        return self._get_table(name, self.hot_weight, self.cold_weight)
+
+    def table_state(self, name: str, which: str) -> torch.Tensor:
+        """Optimizer state ``which`` (``state_sum`` / ``exp_avg`` / ``exp_avg_sq``) of a table, as a host copy."""
+        for key, hot, cold in self._states():
+            if key == which:
+                return self._get_table(name, hot, cold)
+        raise KeyError(f"optimizer {self.optimizer!r} has no state {which!r}")
+
+    @torch.no_grad()
+    def load_from_fused(self, fused: FusedEmbeddingCollection) -> "OffloadedEmbeddingCollection":
+        """Copy weights, optimizer states and step of a fused collection with the same tables."""
+        if [(c.name, c.num_embeddings, c.embedding_dim) for c in fused.configs] != \
+                [(c.name, c.num_embeddings, c.embedding_dim) for c in self.configs]:
+            raise ValueError("load_from_fused needs a FusedEmbeddingCollection with the same tables")
+        if fused.optimizer != self.optimizer:
+            raise ValueError(f"optimizer mismatch: fused {fused.optimizer!r}, offloaded {self.optimizer!r}")
+        self._flush()
+        for cfg in self.configs:
+            start = fused.table_offsets[cfg.name]
+            sl = slice(start, start + cfg.num_embeddings)
+            self._set_table(cfg.name, self.hot_weight.detach(), self.cold_weight, fused.weight.detach()[sl].cpu())
+            for key, hot, cold in self._states():
+                self._set_table(cfg.name, hot, cold, getattr(fused, key)[sl].cpu())
+        self.step = fused.step
+        self._cold_version += 1
+        return self
+
+    @property
+    def output_dim(self) -> int:
+        return len(self.features) * self.embedding_dim
+
+    def extra_repr(self) -> str:
+        return (f"tables={len(self.configs)}, features={len(self.features)}, rows={self.total_rows}, "
+                f"hot_rows={self.hot_rows}, dim={self.embedding_dim}, optimizer={self.optimizer!r}, "
+                f"lr={self.lr}, device={self.hot_weight.device}")
+
+    # --- state dict: the host part is saved beside the parameters ----------------------------------
+    def _cold_tensors(self) -> dict[str, torch.Tensor]:
+        out = {"cold_weight": self.cold_weight}
+        for key, _, cold in self._states():
+            out["cold_" + key] = cold
+        return out
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        self._flush()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for key, t in self._cold_tensors().items():
+            destination[prefix + key] = t if keep_vars else t.detach()
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        self._flush()
+        for key, t in self._cold_tensors().items():
+            full = prefix + key
+            if full not in state_dict:
+                missing_keys.append(full)
+                continue
+            value = state_dict[full]
+            if tuple(value.shape) != tuple(t.shape):
+                error_msgs.append(f"size mismatch for {full}: copying a param with shape {tuple(value.shape)}, "
+                                  f"the shape in current model is {tuple(t.shape)}")
+                continue
+            with torch.no_grad():
+                t.copy_(value)
+        self._cold_version += 1
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        ours = {prefix + key for key in self._cold_tensors()}
+        unexpected_keys[:] = [k for k in unexpected_keys if k not in ours]
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"step": self.step, "hot_rows": list(self.hot_rows)}
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        if "hot_rows" in state and list(state["hot_rows"]) != list(self.hot_rows):
+            raise ValueError(f"state dict was saved with hot_rows {list(state['hot_rows'])}, this collection has "
+                             f"{self.hot_rows}")
+        self.step = int(state.get("step", 0))
+
+    # --- backend -----------------------------------------------------------------------------
+    def _kernels_for(self, device: torch.device) -> Any:
+        if self.backend == "reference":
+            return None
+        runnable = device.type == "cuda" or (device.type == "cpu" and triton_interpreting())
+        if not runnable:
+            if self.backend == "triton":
+                raise RuntimeError(f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1); the hot rows are "
+                                   f"on {device}")
+            return None
+        kernels = load_kernels()
+        if kernels is None and self.backend == "triton":
+            raise RuntimeError(f"backend='triton' is not available: {_fused._kernels_error}")
+        return kernels
+
+    # --- host <-> device traffic -------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Finish the pending write-back of the last backward's cold rows into the host store."""
+        pending, self._pending = self._pending, []
+        for event, uniq_host, buffers in pending:
+            if event is not None:
+                event.synchronize()
+            targets = [self.cold_weight] + [t for t in (self.cold_state1, self.cold_state2) if t is not None]
+            for target, buf in zip(targets, buffers):
+                target.index_copy_(0, uniq_host, buf)
+
+    def _stage(self, uniq: torch.Tensor, inverse: torch.Tensor, with_state: bool) -> _Staged:
+        """Copy the cold rows ``uniq`` (host-store indices, on the device) and their states to the device."""
+        self._flush()
+        device = self.hot_weight.device
+        uniq_host = uniq.cpu()
+        on_host = device.type == "cpu"
+        pin = not on_host and torch.cuda.is_available()
+        sources = [self.cold_weight]
+        if with_state:
+            sources += [t for t in (self.cold_state1, self.cold_state2) if t is not None]
+        staged = []
+        for src in sources:
+            buf = torch.empty((uniq_host.numel(),) + tuple(src.shape[1:]), dtype=src.dtype, pin_memory=pin)
+            torch.index_select(src, 0, uniq_host, out=buf)
+            staged.append(buf if on_host else buf.to(device, non_blocking=True))
+        if self._cold_padding_rows.numel():
+            pad_local = torch.nonzero(torch.isin(uniq, self._cold_padding_rows)).squeeze(1)
+        else:
+            pad_local = self._cold_padding_rows
+        s1 = staged[1] if len(staged) > 1 else None
+        s2 = staged[2] if len(staged) > 2 else None
+        return _Staged(uniq_host, inverse, staged[0], s1, s2, pad_local, self._cold_version)
+
+    def _write_back(self, staged: _Staged) -> None:
+        tensors = [staged.weight] + [t for t in (staged.state1, staged.state2) if t is not None]
+        if staged.weight.device.type == "cpu":
+            self._pending.append((None, staged.uniq_host, tensors))
+            self._flush()
+        else:
+            bufs = []
+            for t in tensors:
+                buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                buf.copy_(t, non_blocking=True)
+                bufs.append(buf)
+            event = torch.cuda.Event()
+            event.record()
+            self._pending.append((event, staged.uniq_host, bufs))
+        self._cold_version += 1
+
+    # --- plan ------------------------------------------------------------------------------------
+    def _split(self, features: Mapping[str, Any], training: bool) -> _Split:
+        plan = self._planner.plan(features)
+        rows = plan.rows
+        t = torch.searchsorted(self._table_starts, rows, right=True) - 1
+        local = rows - self._table_starts.index_select(0, t)
+        limit = self._table_hot.index_select(0, t)
+        is_hot = local < limit
+        hot_idx = torch.nonzero(is_hot).squeeze(1)
+        cold_idx = torch.nonzero(~is_hot).squeeze(1)
+        if plan.single_hot:
+            bag_h, bag_c, sc_h, sc_c = hot_idx, cold_idx, None, None
+        else:
+            bag_h, bag_c = plan.bag.index_select(0, hot_idx), plan.bag.index_select(0, cold_idx)
+            sc_h, sc_c = plan.scale.index_select(0, hot_idx), plan.scale.index_select(0, cold_idx)
+        th = t.index_select(0, hot_idx)
+        hot_rows = self._hot_offsets.index_select(0, th) + local.index_select(0, hot_idx)
+        hot = LookupPlan(hot_rows, plan.batch, plan.num_features, bag_h, sc_h)
+        staged = None
+        if cold_idx.numel():
+            tc = t.index_select(0, cold_idx)
+            cold_flat = (self._cold_offsets.index_select(0, tc) + local.index_select(0, cold_idx)
+                         - limit.index_select(0, cold_idx))
+            uniq, inverse = torch.unique(cold_flat, sorted=True, return_inverse=True)
+            staged = self._stage(uniq, inverse, with_state=training)
+            cold_rows = inverse
+        else:
+            cold_rows = cold_idx
+        cold = LookupPlan(cold_rows, plan.batch, plan.num_features, bag_c, sc_c)
+        return _Split(plan, hot, cold, staged)
+
+    # --- forward / backward ----------------------------------------------------------------------
+    def _out_dtype(self) -> torch.dtype:
+        if self.dtype is not None:
+            return self.dtype
+        dev = self.hot_weight.device.type
+        if torch.is_autocast_enabled(dev):
+            return torch.get_autocast_dtype(dev)
+        return torch.float32
+
+    def forward(self, features: Mapping[str, Any]) -> Any:
+        training = torch.is_grad_enabled() and self.hot_weight.requires_grad
+        split = self._split(features, training)
+        dtype = self._out_dtype()
+        if training:
+            out = _OffloadedLookup.apply(self.hot_weight, self, split, dtype)
+        else:
+            out = self._lookup(split, dtype)
+        out = out.view(split.plan.batch, split.plan.num_features, self.embedding_dim)
+        if self.output == "stack":
+            return out
+        if self.output == "dict":
+            return {feat: out[:, f] for f, feat in enumerate(self.features)}
+        return out.reshape(split.plan.batch, split.plan.num_features * self.embedding_dim)
+
+    def _lookup(self, split: _Split, dtype: torch.dtype) -> torch.Tensor:
+        plan, d = split.plan, self.embedding_dim
+        n_out = plan.batch * plan.num_features
+        hot_w = self.hot_weight.detach()
+        parts = [(split.hot, hot_w)]
+        if split.staged is not None:
+            parts.append((split.cold, split.staged.weight))
+        if plan.single_hot:
+            out = torch.empty((n_out, d), dtype=torch.float32, device=hot_w.device)
+            for sub, w in parts:
+                out.index_copy_(0, sub.bag, w.index_select(0, sub.rows))
+        else:
+            out = torch.zeros((n_out, d), dtype=torch.float32, device=hot_w.device)
+            for sub, w in parts:
+                out.index_add_(0, sub.bag, w.index_select(0, sub.rows) * sub.scale[:, None])
+        return out.to(dtype)
+
+    @torch.no_grad()
+    def _update(self, split: _Split, grad: torch.Tensor) -> None:
+        if grad.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"OffloadedEmbeddingCollection: gradient dtype {grad.dtype} is not supported")
+        self.step += 1
+        grad = grad.reshape(-1, self.embedding_dim).contiguous()
+        hot_states = [h for _, h, _ in self._states()] + [None, None]
+        self._apply(self.hot_weight.detach(), hot_states[0], hot_states[1], split.hot, grad,
+                    self._hot_padding_rows)
+        staged = split.staged
+        if staged is None:
+            return
+        self._flush()
+        if staged.version != self._cold_version or (self.optimizer != "sgd" and staged.state1 is None):
+            # the host store changed since the forward (or the forward ran without states): re-read
+            uniq = staged.uniq_host.to(self.hot_weight.device)
+            staged = self._stage(uniq, staged.inverse, with_state=True)
+        self._apply(staged.weight, staged.state1, staged.state2, split.cold, grad, staged.pad_local)
+        self._write_back(staged)
+
+    def _apply(self, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
+               plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor) -> None:
+        if plan.rows.numel() == 0:
+            return
+        kernels = self._kernels_for(weight.device)
+        if kernels is None:
+            reference_update(weight, plan, grad, self.optimizer, self.lr, state1, state2, padding_rows,
+                             self.eps, self.betas, self.step)
+            return
+        seg = segments(plan.rows, padding_rows, self.chunk_size, weight.shape[0])
+        step_size = adam_step_size(self.lr, self.betas, self.step) if self.optimizer == "adam" else 0.0
+        kernels.fused_backward_update(
+            weight, state1, state2, grad, seg["perm"], plan.bag, plan.scale,
+            seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"],
+            seg["chunk_start"], seg["chunk_count"], optimizer=self.optimizer, lr=self.lr, eps=self.eps,
+            beta1=self.betas[0], beta2=self.betas[1], step_size=step_size)

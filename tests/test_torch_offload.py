@@ -1,0 +1,222 @@
+"""OffloadedEmbeddingCollection: the same results as the all-in-one FusedEmbeddingCollection.
+
+The oracle is the fused collection (itself checked against ``nn.Embedding`` + ``torch.optim``
+in test_torch_embeddings.py) and, for SGD and SparseAdam, ``nn.Embedding`` directly. Both
+collections start from the same weights; several training steps with duplicates, a very hot
+row, padding ids and ids on both sides of every table's threshold must leave the same
+outputs, weights and optimizer states.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tabloader.torch.fused import FusedEmbeddingCollection
+from tabloader.torch.layers import EmbeddingConfig
+from tabloader.torch.offload import OffloadedEmbeddingCollection, bytes_per_row, hot_rows_for_budget
+
+CARDS = [30, 50, 12]
+DIM = 8
+STATES = {"sgd": [], "adagrad": ["state_sum"], "adam": ["exp_avg", "exp_avg_sq"]}
+
+
+def _configs(pooled=False, pooling="sum", cards=CARDS, dim=DIM):
+    return [
+        EmbeddingConfig("t0", cards[0], dim),
+        EmbeddingConfig("t1", cards[1], dim, pooling=pooling) if pooled else EmbeddingConfig("t1", cards[1], dim),
+        EmbeddingConfig("t2", cards[2], dim, features=("f2a", "f2b")),
+    ]
+
+
+def _batch(seed, batch=24, pooled=False, cards=CARDS, device="cpu", hot_repeats=40):
+    """Skewed ids (many small, some large), one very hot row, padding ids (0), empty bags."""
+    g = torch.Generator().manual_seed(seed)
+
+    def ids(card, n):
+        return (torch.rand(n, generator=g) ** 2 * card).long().clamp(0, card - 1)
+
+    t0 = torch.cat([ids(cards[0], batch), torch.full((hot_repeats,), 3), torch.tensor([cards[0] - 1] * 3)])
+    b = t0.numel()
+    feats = {"t0": t0, "f2a": ids(cards[2], b), "f2b": ids(cards[2], b)}
+    feats["f2a"][:2] = 0
+    feats["f2b"][-5:] = cards[2] - 1  # a cold row looked up several times
+    if pooled:
+        lens = torch.randint(0, 4, (b,), generator=g)
+        offsets = torch.zeros(b + 1, dtype=torch.long)
+        offsets[1:] = torch.cumsum(lens, 0)
+        values = ids(cards[1], int(offsets[-1]))
+        values[::3] = cards[1] - 2
+        values[1::5] = 0
+        feats["t1"] = (values.to(device), offsets.to(device))
+    else:
+        feats["t1"] = ids(cards[1], b)
+        feats["t1"][::4] = cards[1] - 1
+    return {k: (v if isinstance(v, tuple) else v.to(device)) for k, v in feats.items()}
+
+
+def _pair(optimizer, hot_rows, pooled=False, pooling="sum", device="cpu", lr=0.05, configs=None, **kw):
+    configs = configs or _configs(pooled, pooling)
+    torch.manual_seed(0)
+    fused = FusedEmbeddingCollection(configs, optimizer=optimizer, lr=lr, device=device, **kw)
+    off = OffloadedEmbeddingCollection(configs, hot_rows=hot_rows, optimizer=optimizer, lr=lr, device=device, **kw)
+    off.load_from_fused(fused)
+    _assert_same(fused, off, optimizer, "initial")
+    return fused, off
+
+
+def _assert_same(fused, off, optimizer, what, atol=1e-6):
+    assert fused.step == off.step
+    for cfg in fused.configs:
+        a, b = fused.table_weight(cfg.name).cpu(), off.table_weight(cfg.name)
+        torch.testing.assert_close(b, a, rtol=0, atol=atol, msg=lambda m: f"{what}, {cfg.name} weight: {m}")
+        start = fused.table_offsets[cfg.name]
+        for key in STATES[optimizer]:
+            s = getattr(fused, key)[start:start + cfg.num_embeddings].cpu()
+            torch.testing.assert_close(off.table_state(cfg.name, key), s, rtol=0, atol=atol,
+                                       msg=lambda m: f"{what}, {cfg.name} {key}: {m}")
+
+
+def _train(fused, off, optimizer, steps=4, pooled=False, device="cpu", batch=24, cards=CARDS, atol=1e-6):
+    for step in range(steps):
+        feats = _batch(100 + step, batch=batch, pooled=pooled, cards=cards, device=device)
+        outs = []
+        for coll in (fused, off):
+            out = coll(feats)
+            up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
+            (out * up).sum().backward()
+            outs.append(out.detach())
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=atol, msg=lambda m: f"step {step} output: {m}")
+        _assert_same(fused, off, optimizer, f"after step {step}", atol=atol)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("hot_rows", [5, 0.3, {"t0": 0, "t1": 50, "t2": 1}, 10**6, 0])
+def test_single_hot_matches_fused(optimizer, hot_rows):
+    fused, off = _pair(optimizer, hot_rows)
+    _train(fused, off, optimizer, atol=0.0)  # single-hot: bit-for-bit
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_pooled_matches_fused(optimizer, pooling):
+    fused, off = _pair(optimizer, [7, 20, 4], pooled=True, pooling=pooling)
+    _train(fused, off, optimizer, pooled=True)
+
+
+def test_padding_row_in_the_cold_part_stays_zero():
+    fused, off = _pair("adagrad", 0, pooled=True)  # every row, padding included, lives on the host
+    _train(fused, off, "adagrad", pooled=True)
+    for cfg in off.configs:
+        assert torch.count_nonzero(off.table_weight(cfg.name)[0]) == 0
+        assert off.table_state(cfg.name, "state_sum")[0] == 0
+
+
+def test_interleaved_forwards_match_fused():
+    """Two forwards, then their backwards in reverse order: the backward reads the current rows."""
+    fused, off = _pair("adam", [3, 10, 2])
+    f1, f2 = _batch(1), _batch(2)
+    for coll in (fused, off):
+        o1, o2 = coll(f1), coll(f2)
+        o2.pow(2).sum().backward()
+        o1.sum().backward()
+    _assert_same(fused, off, "adam", "interleaved", atol=0.0)
+
+
+def test_eval_and_dtype_and_outputs():
+    fused, off = _pair("adagrad", 4, output="dict", dtype=torch.bfloat16)
+    feats = _batch(3)
+    with torch.no_grad():
+        a, b = fused(feats), off(feats)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert b[k].dtype == torch.bfloat16
+        assert torch.equal(a[k], b[k]), k
+    _assert_same(fused, off, "adagrad", "after eval")  # no update in eval
+    assert off.output_dim == fused.output_dim
+
+
+def test_sgd_and_sparse_adam_match_nn_embedding():
+    """Independent oracle: one table as nn.Embedding(sparse=True) with torch.optim.SGD / SparseAdam."""
+    for optimizer in ("sgd", "adam"):
+        cfg = EmbeddingConfig("t", 40, 4, padding_idx=None)
+        off = OffloadedEmbeddingCollection([cfg], hot_rows=10, optimizer=optimizer, lr=0.1, device="cpu")
+        emb = nn.Embedding(40, 4, sparse=True)
+        with torch.no_grad():
+            emb.weight.copy_(off.table_weight("t"))
+        opt = torch.optim.SGD(emb.parameters(), lr=0.1) if optimizer == "sgd" else \
+            torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+        for step in range(3):
+            ids = torch.tensor([1, 2, 2, 15, 15, 15, 39, 9, 10][step:])
+            up = torch.randn(ids.numel(), 4, generator=torch.Generator().manual_seed(step))
+            (off({"t": ids}) * up).sum().backward()
+            opt.zero_grad()
+            (emb(ids) * up).sum().backward()
+            opt.step()
+        torch.testing.assert_close(off.table_weight("t"), emb.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_round_trip_and_resume():
+    fused, off = _pair("adam", [5, 5, 5])
+    _train(fused, off, "adam", steps=2)
+    sd = off.state_dict()
+    assert {"hot_weight", "cold_weight", "hot_exp_avg", "cold_exp_avg", "cold_exp_avg_sq"} <= set(sd)
+    other = OffloadedEmbeddingCollection(_configs(), hot_rows=[5, 5, 5], optimizer="adam", lr=0.05, device="cpu")
+    other.load_state_dict(sd)  # strict
+    _assert_same(fused, other, "adam", "loaded", atol=0.0)
+    _train(fused, other, "adam", steps=2)
+    mismatched = OffloadedEmbeddingCollection(_configs(), hot_rows=[6, 5, 5], optimizer="adam", device="cpu")
+    with pytest.raises((ValueError, RuntimeError), match="hot_rows|size mismatch"):
+        mismatched.load_state_dict(sd)
+
+
+def test_hot_rows_for_budget():
+    assert bytes_per_row(8, "sgd") == 32 and bytes_per_row(8, "adagrad") == 36 and bytes_per_row(8, "adam") == 96
+    # 100 rows of 32 bytes over tables of 10, 1000, 1000: the small table whole, 45 + 45 the rest
+    assert hot_rows_for_budget([1000, 10, 1000], 100 * 32, 8, "sgd") == [45, 10, 45]
+    assert hot_rows_for_budget([5, 7], 10**9, 8, "adam") == [5, 7]
+    assert hot_rows_for_budget([5, 7], 0, 8, "adam") == [0, 0]
+    coll = OffloadedEmbeddingCollection(_configs(), gpu_budget_bytes=30 * 36, optimizer="adagrad", device="cpu")
+    assert coll.hot_rows == [10, 10, 10]  # 30 rows: equal shares, none larger than its table
+    assert coll.hot_weight.shape == (30, DIM) and coll.cold_weight.shape == (62, DIM)
+
+
+def test_bad_arguments_and_ids():
+    with pytest.raises(ValueError, match="exactly one"):
+        OffloadedEmbeddingCollection(_configs(), device="cpu")
+    with pytest.raises(ValueError, match="exactly one"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=3, gpu_budget_bytes=10, device="cpu")
+    with pytest.raises(ValueError, match="fraction"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=1.5, device="cpu")
+    with pytest.raises(KeyError, match="t9"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows={"t9": 1}, device="cpu")
+    with pytest.raises(ValueError, match="'t1'"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=[1, -1, 1], device="cpu")
+    coll = OffloadedEmbeddingCollection(_configs(), hot_rows=5, device="cpu")
+    feats = _batch(0)
+    feats["f2b"] = feats["f2b"].clone()
+    feats["f2b"][3] = 12
+    with pytest.raises(IndexError, match="table 't2'.*index 12"):
+        coll(feats)
+    feats = _batch(0)
+    feats["t0"] = feats["t0"].clone()
+    feats["t0"][0] = -1
+    with pytest.raises(IndexError, match="table 't0'"):
+        coll(feats)
+    with pytest.raises(KeyError, match="t1"):
+        coll({k: v for k, v in _batch(0).items() if k != "t1"})
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: realistic shapes, hot rows on the device, cold rows in host memory
+# --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("pooled", [False, True])
+def test_gpu_matches_fused(optimizer, pooled):
+    cards = [100_000, 1_000_000, 5_000]
+    configs = _configs(pooled, cards=cards, dim=128)
+    fused, off = _pair(optimizer, [2_000, 50_000, 5_000], pooled=pooled, device="cuda", configs=configs)
+    assert off.hot_weight.is_cuda and not off.cold_weight.is_cuda
+    _train(fused, off, optimizer, steps=3, pooled=pooled, device="cuda", batch=16384, cards=cards, atol=1e-5)
