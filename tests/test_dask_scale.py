@@ -1,0 +1,116 @@
+"""Workflow.fit on a dask.distributed LocalCluster: surviving a killed worker, and data larger
+than the workers' memory limits. Both tests start worker processes and take seconds: ``slow``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tabloader as tl
+from tabloader import ops, synthetic
+
+distributed = pytest.importorskip("distributed")
+from scale_test_ops import Sleep  # noqa: E402  (tests/ is on sys.path; the workers inherit it)
+
+pytestmark = pytest.mark.slow
+
+CATS = [f"C{i}" for i in range(1, 27)]
+CONTS = [f"I{i}" for i in range(1, 14)]
+
+
+def _workflow(marker_dir=None, sleep=0.0):
+    cats = CATS >> Sleep(sleep, marker_dir) >> ops.Categorify(freq_threshold=2)
+    conts = CONTS >> ops.FillMissing(0) >> ops.Normalize()
+    return tl.Workflow(cats + conts + ["label"], progress=False)
+
+
+def _stats(wf):
+    cat = next(n.op for n in wf.stat_nodes if isinstance(n.op, ops.Categorify))
+    norm = next(n.op for n in wf.stat_nodes if isinstance(n.op, ops.Normalize))
+    return cat, norm
+
+
+def test_fit_survives_a_killed_worker(tmp_path):
+    raw = synthetic.write_criteo(str(tmp_path / "raw"), 40_000, num_files=40, max_cardinality=5000)
+    dataset = tl.Dataset(raw, part_size="100kB")
+    assert dataset.npartitions == 40
+    reference = _workflow().fit(dataset)  # no cluster: the local threaded scheduler
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    killed = {}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        def kill_one_worker():
+            deadline = time.monotonic() + 60
+            while len(os.listdir(markers)) < 10 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            nanny = next(iter(cluster.workers.values()))
+            killed["pid"] = nanny.process.process.pid  # the worker process; its nanny restarts it
+            killed["after"] = len(os.listdir(markers))
+            os.kill(killed["pid"], signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_one_worker)
+        killer.start()
+        fitted = _workflow(str(markers), sleep=0.1).fit(dataset)  # 40 x 0.1 s over 2 workers
+        killer.join()
+    done = len(os.listdir(markers))
+    assert 10 <= killed["after"] < 40, killed  # killed mid-fit ...
+    assert done > 40, done  # ... and some partitions were recomputed after the kill
+
+    cat, norm = _stats(fitted)
+    ref_cat, ref_norm = _stats(reference)
+    assert cat.cardinalities_ == ref_cat.cardinalities_
+    assert cat.null_counts_ == ref_cat.null_counts_
+    for key in ref_cat.vocabularies_:
+        got, want = cat.vocabularies_[key], ref_cat.vocabularies_[key]
+        if isinstance(want, pd.DataFrame):
+            pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+        else:
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert norm.counts_ == ref_norm.counts_
+    assert norm.means_ == pytest.approx(ref_norm.means_, rel=1e-12, abs=0)
+    assert norm.stds_ == pytest.approx(ref_norm.stds_, rel=1e-12, abs=0)
+    # and against pandas by hand
+    frame = pd.read_parquet(raw)
+    for c in CONTS:
+        x = frame[c].fillna(0).astype("float64")
+        assert norm.means_[c] == pytest.approx(x.mean(), rel=1e-9)
+        assert norm.counts_[c] == len(x)
+
+
+# Workers have 300 MB each (600 MB together); the data is ~725 MB in memory (pandas, Int64
+# columns), in 80 partitions of ~9 MB. Dask's memory manager is configured explicitly: no
+# pausing (a paused worker whose unmanaged memory does not fall back below the pause threshold
+# waits forever), no spilling (fit keeps only small partial statistics), and the nanny kills a
+# worker above 95 % of its limit -- so the fit passes only if no worker ever holds much more than
+# a few partitions at once.
+MEMORY_CONFIG = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False,
+                 "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": 0.95}
+
+
+def test_fit_larger_than_worker_memory(tmp_path):
+    import dask
+
+    rows = 2_500_000
+    raw = synthetic.write_criteo(str(tmp_path / "raw"), rows, num_files=80, max_cardinality=20_000)
+    dataset = tl.Dataset(raw, part_size="16MB")
+    first = dataset.read_partition(0)
+    in_memory = first.memory_usage(deep=True).sum() / len(first) * rows
+    assert in_memory > 2 * 300e6, in_memory
+    with dask.config.set(MEMORY_CONFIG), distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, memory_limit="300MB",
+            dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        fitted = _workflow().fit(dataset)
+        assert len(client.scheduler_info()["workers"]) == 2
+    cat, norm = _stats(fitted)
+    assert norm.counts_["I1"] == rows
+    # a sample checked against pandas: one file's column statistics merged by hand
+    sample = pd.read_parquet(dataset.paths[0])
+    assert sample["C1"].isna().sum() <= cat.null_counts_["C1"]
