@@ -214,19 +214,22 @@ def adam_step_size(lr: float, betas: tuple[float, float], step: int) -> float:
 
 
 class _FusedLookup(torch.autograd.Function):
-    """Forward: the lookup. Backward: the fused update, in place; no gradient is returned."""
+    """Forward: the lookup. Backward: the fused update, in place; no gradient is returned.
+
+    Serves any module with ``_lookup(plan, dtype)`` and ``_update(plan, grad)``: the fused
+    collection and the host-offloaded one.
+    """
 
     @staticmethod
-    def forward(ctx: Any, weight: torch.Tensor, module: "FusedEmbeddingCollection", plan: LookupPlan,
-                dtype: torch.dtype) -> torch.Tensor:
-        ctx.module, ctx.plan = module, plan
+    def forward(ctx: Any, weight: torch.Tensor, module: nn.Module, plan: Any, dtype: torch.dtype) -> torch.Tensor:
+        ctx.module, ctx.plan, ctx.owner = module, plan, type(module).__name__
         return module._lookup(plan, dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
         module, plan = ctx.module, ctx.plan
         if module is None:
-            raise RuntimeError("FusedEmbeddingCollection: a second backward through the same lookup "
+            raise RuntimeError(f"{ctx.owner}: a second backward through the same lookup "
                                "would apply the update twice")
         ctx.module = ctx.plan = None
         module._update(plan, grad)

@@ -56,6 +56,7 @@ from tabloader.torch.fused import (
     OPTIMIZERS,
     FusedEmbeddingCollection,
     LookupPlan,
+    _FusedLookup,
     adam_step_size,
     load_kernels,
     reference_update,
@@ -121,24 +122,6 @@ class _Split:
 
     def __init__(self, plan: LookupPlan, hot: LookupPlan, cold: LookupPlan, staged: _Staged | None) -> None:
         self.plan, self.hot, self.cold, self.staged = plan, hot, cold, staged
-
-
-class _OffloadedLookup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, weight: torch.Tensor, module: "OffloadedEmbeddingCollection", split: _Split,
-                dtype: torch.dtype) -> torch.Tensor:
-        ctx.module, ctx.split = module, split
-        return module._lookup(split, dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
-        module, split = ctx.module, ctx.split
-        if module is None:
-            raise RuntimeError("OffloadedEmbeddingCollection: a second backward through the same lookup "
-                               "would apply the update twice")
-        ctx.module = ctx.split = None
-        module._update(split, grad)
-        return None, None, None, None
 
 
 class OffloadedEmbeddingCollection(nn.Module):
@@ -536,7 +519,7 @@ class OffloadedEmbeddingCollection(nn.Module):
         split = self._split(features, training)
         dtype = self._out_dtype()
         if training:
-            out = _OffloadedLookup.apply(self.hot_weight, self, split, dtype)
+            out = _FusedLookup.apply(self.hot_weight, self, split, dtype)
         else:
             out = self._lookup(split, dtype)
         out = out.view(split.plan.batch, split.plan.num_features, self.embedding_dim)
