@@ -213,6 +213,40 @@ def adam_step_size(lr: float, betas: tuple[float, float], step: int) -> float:
     return lr * math.sqrt(1.0 - b2 ** step) / (1.0 - b1 ** step)
 
 
+def init_update_options(module: nn.Module, optimizer: str, lr: float, eps: float, betas: tuple[float, float],
+                        output: str, dtype: torch.dtype | None, backend: str, validate_indices: bool,
+                        chunk_size: int) -> None:
+    """Validate a collection's options and set them on ``module`` (whose ``configs`` are set).
+
+    Shared by the fused and the host-offloaded collections, which take the same options.
+    """
+    name = type(module).__name__
+    dims = {c.embedding_dim for c in module.configs}
+    if len(dims) != 1:
+        raise ValueError(
+            f"{name} needs one embedding_dim for all its tables (one buffer, one kernel); got "
+            f"{ {c.name: c.embedding_dim for c in module.configs} }. Build one collection per dim.")
+    module.embedding_dim = dims.pop()
+    if module.embedding_dim > MAX_DIM:
+        raise ValueError(f"embedding_dim {module.embedding_dim} > {MAX_DIM} is not supported by the fused kernels")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
+    if output not in ("concat", "stack", "dict"):
+        raise ValueError(f"output must be 'concat', 'stack' or 'dict', got {output!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"dtype must be float32, float16 or bfloat16 (weights stay float32), got {dtype}")
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    module.optimizer = optimizer
+    module.lr, module.eps, module.betas = float(lr), float(eps), (float(betas[0]), float(betas[1]))
+    module.output, module.dtype, module.backend = output, dtype, backend
+    module.validate_indices = validate_indices
+    module.chunk_size = int(chunk_size)
+    module.step = 0
+
+
 class _FusedLookup(torch.autograd.Function):
     """Forward: the lookup. Backward: the fused update, in place; no gradient is returned.
 
@@ -296,30 +330,7 @@ class FusedEmbeddingCollection(nn.Module):
         super().__init__()
         self._by_feature = check_configs(configs)
         self.configs = list(configs)
-        dims = {c.embedding_dim for c in self.configs}
-        if len(dims) != 1:
-            raise ValueError(
-                "FusedEmbeddingCollection needs one embedding_dim for all its tables (one buffer, one "
-                f"kernel); got { {c.name: c.embedding_dim for c in self.configs} }. Build one collection per dim.")
-        self.embedding_dim = dims.pop()
-        if self.embedding_dim > MAX_DIM:
-            raise ValueError(f"embedding_dim {self.embedding_dim} > {MAX_DIM} is not supported by the fused kernels")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
-        if output not in ("concat", "stack", "dict"):
-            raise ValueError(f"output must be 'concat', 'stack' or 'dict', got {output!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"dtype must be float32, float16 or bfloat16 (weights stay float32), got {dtype}")
-        if int(chunk_size) < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        self.optimizer = optimizer
-        self.lr, self.eps, self.betas = float(lr), float(eps), (float(betas[0]), float(betas[1]))
-        self.output, self.dtype, self.backend = output, dtype, backend
-        self.validate_indices = validate_indices
-        self.chunk_size = int(chunk_size)
-        self.step = 0
+        init_update_options(self, optimizer, lr, eps, betas, output, dtype, backend, validate_indices, chunk_size)
 
         offsets, total = {}, 0
         for cfg in self.configs:

@@ -52,12 +52,11 @@ from torch import nn
 
 from tabloader.torch import fused as _fused
 from tabloader.torch.fused import (
-    MAX_DIM,
-    OPTIMIZERS,
     FusedEmbeddingCollection,
     LookupPlan,
     _FusedLookup,
     adam_step_size,
+    init_update_options,
     load_kernels,
     reference_update,
     segments,
@@ -66,8 +65,6 @@ from tabloader.torch.fused import (
 from tabloader.torch.layers import EmbeddingConfig, check_configs, init_embedding_
 
 __all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row"]
-
-BACKENDS = ("auto", "triton", "reference")
 
 
 def bytes_per_row(dim: int, optimizer: str) -> int:
@@ -171,29 +168,8 @@ class OffloadedEmbeddingCollection(nn.Module):
         super().__init__()
         self._by_feature = check_configs(configs)
         self.configs = list(configs)
-        dims = {c.embedding_dim for c in self.configs}
-        if len(dims) != 1:
-            raise ValueError("OffloadedEmbeddingCollection needs one embedding_dim for all its tables; got "
-                             f"{ {c.name: c.embedding_dim for c in self.configs} }. Build one collection per dim.")
-        self.embedding_dim = d = dims.pop()
-        if d > MAX_DIM:
-            raise ValueError(f"embedding_dim {d} > {MAX_DIM} is not supported by the fused kernels")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
-        if output not in ("concat", "stack", "dict"):
-            raise ValueError(f"output must be 'concat', 'stack' or 'dict', got {output!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"dtype must be float32, float16 or bfloat16 (weights stay float32), got {dtype}")
-        if int(chunk_size) < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        self.optimizer = optimizer
-        self.lr, self.eps, self.betas = float(lr), float(eps), (float(betas[0]), float(betas[1]))
-        self.output, self.dtype, self.backend = output, dtype, backend
-        self.validate_indices = validate_indices
-        self.chunk_size = int(chunk_size)
-        self.step = 0
+        init_update_options(self, optimizer, lr, eps, betas, output, dtype, backend, validate_indices, chunk_size)
+        d = self.embedding_dim
         device = torch.device(device if device is not None else "cpu")
 
         sizes = [c.num_embeddings for c in self.configs]
