@@ -43,12 +43,16 @@ def preprocess(root: str, rows: int, quiet: bool) -> tuple[str, str, tl.Schema]:
 
 
 class DLRM(nn.Module):
-    """Embeddings + bottom MLP -> pairwise dot interactions -> top MLP -> logit."""
+    """Embeddings + bottom MLP -> pairwise dot interactions -> top MLP -> logit.
 
-    def __init__(self, schema: tl.Schema, dim: int = 16) -> None:
+    ``sparse=True`` gives the tables sparse gradients (for SparseAdam); ``False`` dense ones
+    (what DDP all-reduces, see ddp_criteo.py).
+    """
+
+    def __init__(self, schema: tl.Schema, dim: int = 16, sparse: bool = True) -> None:
         super().__init__()
         configs = configs_from_schema(schema, dim=dim, columns=CATEGORICAL)
-        self.embeddings = ConcatenatedEmbeddings(configs, sparse_columns=True)  # sparse gradients
+        self.embeddings = ConcatenatedEmbeddings(configs, sparse_columns=sparse)
         self.bottom = nn.Sequential(nn.Linear(len(CONTINUOUS), 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
         n = len(CATEGORICAL) + 1
         self.register_buffer("iu", torch.triu_indices(n, n, offset=1), persistent=False)

@@ -24,6 +24,8 @@ CASES = [
                  id="criteo_torch", marks=[pytest.mark.torch, needs_torch]),
     pytest.param("movielens_torch.py", ["--rows", "20000", "--quiet"], "validation RMSE",
                  id="movielens_torch", marks=[pytest.mark.torch, needs_torch]),
+    pytest.param("ddp_criteo.py", ["--nproc", "2", "--rows", "20000", "--batch-size", "512"], "validation AUC",
+                 id="ddp_criteo", marks=[pytest.mark.torch, needs_torch]),
     pytest.param("criteo_keras.py", ["--rows", "20000", "--batch-size", "1024", "--quiet"], "validation AUC",
                  id="criteo_keras", marks=[pytest.mark.tf, needs_tf]),
 ]
@@ -46,3 +48,6 @@ def test_example_runs(script, args, expected, tmp_path):
     if "AUC" in expected:
         auc = float(proc.stdout.split("validation AUC:")[1].split()[0])
         assert auc > 0.55, proc.stdout
+    if "steps per rank" in proc.stdout:  # DDP: every rank must make the same number of steps
+        steps = [int(n) for n in proc.stdout.split("steps per rank [")[1].split("]")[0].split(",")]
+        assert len(steps) == 2 and steps[0] == steps[1] > 0, proc.stdout
