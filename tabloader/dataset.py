@@ -300,10 +300,9 @@ class Dataset:
 
     def to_delayed(self, columns: Sequence[str] | None = None) -> list[Any]:
         """One Dask delayed object per partition."""
-        import dask
+        from tabloader.scheduler import shared_calls
 
-        reader = _PartitionReader(self, columns)
-        return [dask.delayed(reader, pure=True, name=f"read-{id(self)}-{i}")(i) for i in range(self.npartitions)]
+        return shared_calls(_PartitionReader(self, columns), [(i,) for i in range(self.npartitions)], "read")
 
     def _map_partitions_compute(self, function: Callable[[Any], Any], desc: str, progress: bool = False) -> list:
         import dask
@@ -359,9 +358,7 @@ class Dataset:
             >>> tl.Dataset(out).num_rows
             5
         """
-        import dask
-
-        from tabloader.scheduler import compute_tasks
+        from tabloader.scheduler import compute_tasks, shared_calls
 
         n_files = min(self.npartitions if output_files is None else output_files, self.npartitions)
         if n_files < 1:
@@ -373,8 +370,8 @@ class Dataset:
         arrow_schema = _arrow_schema_of(self.meta(), self.schema)
         with atomic_directory(path, overwrite=overwrite) as tmp:
             writer = _FileWriter(self, arrow_schema, row_group_size, compression, shuffle, seed)
-            tasks = [dask.delayed(writer, pure=False)(group, join(tmp, f"part_{i:05d}.parquet"))
-                     for i, group in enumerate(groups)]
+            tasks = shared_calls(writer, [(group, join(tmp, f"part_{i:05d}.parquet")) for i, group in enumerate(groups)],
+                                 "write")
             compute_tasks(tasks, f"writing {path}", progress=progress)
             self.schema.save(join(tmp, SCHEMA_FILE_NAME))
         return path

@@ -9,7 +9,9 @@ Example:
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+import uuid
+from collections import defaultdict
+from typing import Any, Callable, Sequence
 
 import concurrent.futures
 
@@ -48,6 +50,34 @@ class _TaskProgress(Callback):
         self._bar.update(1)
 
 
+def _apply(function: Callable[..., Any], *args: Any) -> Any:
+    return function(*args)
+
+
+def shared_calls(function: Callable[..., Any], arg_tuples: Sequence[tuple], name: str) -> list[Any]:
+    """One Dask task per tuple in ``arg_tuples``, each calling ``function(*args)``.
+
+    ``function`` (a callable object holding a dataset, a fitted workflow...) is one key of the
+    graph that the tasks depend on, rather than a copy inlined in every task. A distributed
+    worker therefore deserializes it once and keeps what it builds on first use (the lookup
+    tables of a Categorify over millions of values) for all its tasks; inlined, every task
+    would unpickle its own copy and rebuild them, and a worker would hold one copy per task
+    it keeps in memory.
+
+    Example:
+        >>> compute_tasks(shared_calls(pow, [(2, 3), (3, 2)], "power"), "demo", progress=False)
+        [8, 9]
+    """
+    import dask
+
+    token = uuid.uuid4().hex
+    shared = dask.delayed(function, name=f"{name}.function-{token}")  # its own task group
+    # Keys named "<name>-..." make one task group per name: the scheduler treats a large group
+    # with one small dependency as root tasks and queues them instead of flooding the workers.
+    return [dask.delayed(_apply)(shared, *args, dask_key_name=f"{name}-{token}-{i}")
+            for i, args in enumerate(arg_tuples)]
+
+
 def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> list[Any]:
     """Compute Dask delayed objects and return their results in order.
 
@@ -58,13 +88,7 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> lis
         return []
     client = active_client()
     if client is not None:
-        from distributed import as_completed
-
-        futures = client.compute(list(tasks))
-        with tqdm(total=len(futures), desc=desc, disable=not progress, unit="task") as bar:
-            for _ in as_completed(futures):
-                bar.update(1)
-        return client.gather(futures)
+        return _compute_distributed(client, tasks, desc, progress)
     # Our own pool, shut down with wait=True: when a task fails, Dask raises at once while other
     # tasks still run; waiting for them means a caller cleaning up (atomic_directory removing
     # its temporary directory) never races a writer still at work.
@@ -75,3 +99,32 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> lis
             return list(dask.compute(*tasks, scheduler="threads", pool=pool, num_workers=num_workers))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _compute_distributed(client: Any, tasks: Sequence[Any], desc: str, progress: bool) -> list[Any]:
+    """Compute on a distributed cluster, releasing each task as soon as its result is here.
+
+    A worker keeps a finished task (its result and its inputs) for as long as the client holds
+    its future; holding all of them to the end made the workers' memory climb task by task
+    until a memory-limited worker was killed.
+    """
+    from distributed import as_completed
+
+    futures = client.compute(list(tasks))
+    positions: dict[str, list[int]] = defaultdict(list)
+    for i, future in enumerate(futures):
+        positions[future.key].append(i)
+    results: list[Any] = [None] * len(futures)
+    pending = as_completed(futures, with_results=True)
+    try:
+        with tqdm(total=len(futures), desc=desc, disable=not progress, unit="task") as bar:
+            del futures  # from here on only `pending` holds the futures not yet finished
+            for future, result in pending:
+                for i in positions[future.key]:
+                    results[i] = result
+                future.release()
+                bar.update(1)
+    except BaseException:
+        client.cancel(list(pending.futures))  # tasks not started yet are dropped, not run for nothing
+        raise
+    return results

@@ -120,11 +120,10 @@ class Workflow:
     def _fit_phase(self, dataset: Dataset, nodes: list[Node], desc: str, progress: bool) -> None:
         import dask
 
-        from tabloader.scheduler import compute_tasks
+        from tabloader.scheduler import compute_tasks, shared_calls
 
-        partial = _PartialStats(self, nodes)
-        columns = self.input_columns
-        parts = [dask.delayed(partial, pure=False)(p) for p in dataset.to_delayed(columns)]
+        parts = shared_calls(_PartialStats(self, nodes), [(p,) for p in dataset.to_delayed(self.input_columns)],
+                             "partial-stats")
         merge = _MergeStats(nodes)
         while len(parts) > 1:
             parts = [dask.delayed(merge, pure=False)(parts[i:i + _MERGE_FAN_IN])
