@@ -113,6 +113,15 @@ def test_more_ranks_than_partitions_split_rows(tmp_path):
     assert set(np.concatenate(seen).tolist()) == set(range(10))
 
 
+
+def test_unshuffled_ranks_read_contiguous_rows_padding_last(tmp_path):
+    # the documented layout that lets a DDP evaluation drop the padding exactly
+    path = write_dataset(tmp_path / "d", [4, 3, 3])
+    seen = [np.concatenate(epoch_ids(Loader(tl.Dataset(path), 3, shuffle=False, global_rank=r, global_size=3)))
+            for r in range(3)]
+    assert [s.tolist() for s in seen] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+
+
 # --- determinism and resume -----------------------------------------------------------------
 def test_same_seed_same_batches_epochs_differ(data):
     a, b = Loader(tl.Dataset(data), 32, seed=7, buffer_size=120 * ROW_BYTES), Loader(tl.Dataset(data), 32, seed=7,

@@ -52,6 +52,8 @@ class Loader:
         global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
             get disjoint rows and the same number of batches; rows that do not divide evenly are
             padded by repeating rows from the start of the epoch (as DistributedSampler does).
+            Without shuffle, rank ``r`` reads rows ``[r * per_rank, (r + 1) * per_rank)`` in
+            dataset order (``per_rank = ceil(rows / global_size)``): the padding comes last.
         prefetch: build the next chunk on a background thread.
 
     Every row is yielded exactly once per epoch (single rank; with several ranks, exactly once
