@@ -96,20 +96,20 @@ def _fmt(value: Any) -> str:
 DEFAULT_RAW_CRITEO = "/tmp/tabloader-bench/criteo-5M-10"
 
 
-def raw_criteo(path: str, rows: int, files: int = 10, seed: int = 0) -> str:
-    """Write (once) ``rows`` raw Criteo-like rows (:func:`tabloader.synthetic.write_criteo`) as
-    ``files`` parquet files in ``path``; reused when a ``_bench.json`` marker in ``path``
-    records the same size and seed."""
+def raw_criteo(path: str, rows: int, files: int = 10, seed: int = 0, **criteo_kwargs: Any) -> str:
+    """Write (once) ``rows`` raw Criteo-like rows (:func:`tabloader.synthetic.write_criteo`, with
+    ``criteo_kwargs`` such as ``max_cardinality``) as ``files`` parquet files in ``path``; reused
+    when a ``_bench.json`` marker in ``path`` records the same arguments."""
     from tabloader.synthetic import write_criteo
 
     marker = os.path.join(path, "_bench.json")
-    spec = {"rows": rows, "files": files, "seed": seed, "kind": "criteo-raw"}
+    spec = {"rows": rows, "files": files, "seed": seed, "kind": "criteo-raw", **criteo_kwargs}
     if os.path.exists(marker):
         with open(marker) as f:
             if json.load(f) == spec:
                 return path
     print(f"writing {rows:,} synthetic Criteo rows in {files} files to {path} (once) ...", flush=True)
-    write_criteo(path, rows, num_files=files, seed=seed, overwrite=True)
+    write_criteo(path, rows, num_files=files, seed=seed, overwrite=True, **criteo_kwargs)
     with open(marker, "w") as f:
         json.dump(spec, f)
     return path
