@@ -294,9 +294,10 @@ class Dataset:
         meta = self.meta()
         meta = meta[list(columns)] if columns is not None else meta
         # The partitions keep the dtypes read_partition gives them (no string[pyarrow] conversion).
+        # from_delayed over to_delayed: the reader (and a workflow in it) is one shared key, so a
+        # worker builds its lookup tables once, not once per partition.
         with dask.config.set({"dataframe.convert-string": False}):
-            return dd.from_map(_PartitionReader(self, columns), range(self.npartitions), meta=meta,
-                               enforce_metadata=False, divisions=[None] * (self.npartitions + 1))
+            return dd.from_delayed(self.to_delayed(columns), meta=meta, verify_meta=False)
 
     def to_delayed(self, columns: Sequence[str] | None = None) -> list[Any]:
         """One Dask delayed object per partition."""
@@ -378,7 +379,7 @@ class Dataset:
 
 
 class _PartitionReader:
-    """A picklable callable reading one partition (for dask.from_map and delayed)."""
+    """A picklable callable reading one partition (for Dask tasks)."""
 
     def __init__(self, dataset: Dataset, columns: Sequence[str] | None) -> None:
         self.dataset, self.columns = dataset, columns

@@ -110,6 +110,8 @@ def test_fit_and_transform_larger_than_worker_memory(tmp_path):
             dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         fitted = _workflow().fit(dataset)
         fitted.transform(dataset).to_parquet(out, progress=False)
+        # and as a Dask DataFrame (the path of Workflow.transform on Dask input)
+        assert fitted.transform(dataset).to_ddf().map_partitions(len).compute().sum() == rows
         # no worker was lost (a killed worker is replaced: the count alone would not tell)
         assert not [line for _, logs in client.get_worker_logs(nanny=True).items() for _, line in logs
                     if "exceeded" in line and "memory budget" in line]
