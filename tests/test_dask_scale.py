@@ -1,8 +1,10 @@
-"""Workflow.fit on a dask.distributed LocalCluster: surviving a killed worker, and data larger
-than the workers' memory limits. Both tests start worker processes and take seconds: ``slow``."""
+"""Workflow.fit and transform + to_parquet on a dask.distributed LocalCluster: surviving a
+killed worker, and data larger than the workers' memory limits. They start worker processes
+and take seconds: ``slow``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -36,6 +38,29 @@ def _stats(wf):
     return cat, norm
 
 
+@contextlib.contextmanager
+def _kill_a_worker_after(cluster, markers, count):
+    """SIGKILL one worker process (its nanny restarts it) once ``count`` partitions have left a
+    marker; yields a dict that gets the pid and the marker count at the kill."""
+    killed = {}
+
+    def kill_one_worker():
+        deadline = time.monotonic() + 60
+        while len(os.listdir(markers)) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        nanny = next(iter(cluster.workers.values()))
+        killed["pid"] = nanny.process.process.pid
+        killed["after"] = len(os.listdir(markers))
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_one_worker)
+    killer.start()
+    try:
+        yield killed
+    finally:
+        killer.join()
+
+
 def test_fit_survives_a_killed_worker(tmp_path):
     raw = synthetic.write_criteo(str(tmp_path / "raw"), 40_000, num_files=40, max_cardinality=5000)
     dataset = tl.Dataset(raw, part_size="100kB")
@@ -44,22 +69,10 @@ def test_fit_survives_a_killed_worker(tmp_path):
 
     markers = tmp_path / "markers"
     markers.mkdir()
-    killed = {}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster):
-        def kill_one_worker():
-            deadline = time.monotonic() + 60
-            while len(os.listdir(markers)) < 10 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            nanny = next(iter(cluster.workers.values()))
-            killed["pid"] = nanny.process.process.pid  # the worker process; its nanny restarts it
-            killed["after"] = len(os.listdir(markers))
-            os.kill(killed["pid"], signal.SIGKILL)
-
-        killer = threading.Thread(target=kill_one_worker)
-        killer.start()
-        fitted = _workflow(str(markers), sleep=0.1).fit(dataset)  # 40 x 0.1 s over 2 workers
-        killer.join()
+        with _kill_a_worker_after(cluster, markers, 10) as killed:
+            fitted = _workflow(str(markers), sleep=0.1).fit(dataset)  # 40 x 0.1 s over 2 workers
     done = len(os.listdir(markers))
     assert 10 <= killed["after"] < 40, killed  # killed mid-fit ...
     assert done > 40, done  # ... and some partitions were recomputed after the kill
@@ -83,6 +96,25 @@ def test_fit_survives_a_killed_worker(tmp_path):
         x = frame[c].fillna(0).astype("float64")
         assert norm.means_[c] == pytest.approx(x.mean(), rel=1e-9)
         assert norm.counts_[c] == len(x)
+
+
+def test_write_survives_a_killed_worker(tmp_path):
+    raw = synthetic.write_criteo(str(tmp_path / "raw"), 40_000, num_files=40, max_cardinality=5000)
+    dataset = tl.Dataset(raw, part_size="100kB")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    fitted = _workflow(str(markers), sleep=0.1).fit(dataset)  # no cluster
+    # 4 files of 10 partitions (~1 s each): the kill lands in the middle of a file
+    fitted.transform(dataset).to_parquet(str(tmp_path / "reference"), output_files=4, progress=False)
+    for marker in markers.iterdir():
+        marker.unlink()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        with _kill_a_worker_after(cluster, markers, 10) as killed:
+            fitted.transform(dataset).to_parquet(str(tmp_path / "out"), output_files=4, progress=False)
+    assert 10 <= killed["after"] < 40 and len(os.listdir(markers)) > 40, killed  # a file was rewritten
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(os.listdir(tmp_path / "reference"))
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out"), pd.read_parquet(tmp_path / "reference"))
 
 
 # Workers have 300 MB each (600 MB together); the data is ~725 MB in memory (pandas, Int64
