@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from typing import Any, Callable, Sequence
 
@@ -159,3 +160,41 @@ class RSSSampler:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
+
+
+# --- torch benchmarks: Zipf ids and step timing (torch imported by the callers) ---------------
+def zipf_ids(n: int, cardinality: int, exponent: float, gen: Any) -> Any:
+    """``n`` int64 ids in ``[1, cardinality)`` with P(rank k) ~ 1/k**exponent (inverse CDF of
+    the continuous law), drawn on the CPU from the ``torch.Generator`` ``gen``."""
+    import torch
+
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    m = cardinality - 1
+    if abs(exponent - 1.0) < 1e-9:
+        ranks = torch.exp(u * torch.log(torch.tensor(m + 1.0)))
+    else:
+        a = 1.0 - exponent
+        ranks = (((m + 1.0) ** a - 1.0) * u + 1.0) ** (1.0 / a)
+    return torch.clamp(ranks.floor().to(torch.int64), 1, m)
+
+
+def sync(device: str) -> None:
+    """Wait for queued CUDA work, so a timer measures it."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def median_step_seconds(step: Callable[[int], None], steps: int, warmup: int, device: str) -> float:
+    """Median seconds of ``step(i)`` over ``steps`` calls after ``warmup`` untimed ones."""
+    for i in range(warmup):
+        step(i)
+    sync(device)
+    times = []
+    for i in range(steps):
+        start = time.perf_counter()
+        step(warmup + i)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -51,9 +51,9 @@ from tabloader.torch.fused import FusedEmbeddingCollection  # noqa: E402
 from tabloader.torch.layers import EmbeddingConfig  # noqa: E402
 
 try:
-    from benchmarks._common import print_table  # noqa: E402
+    from benchmarks._common import print_table, median_step_seconds, sync, zipf_ids  # noqa: E402
 except ImportError:  # run from inside benchmarks/
-    from _common import print_table  # type: ignore  # noqa: E402
+    from _common import print_table, median_step_seconds, sync, zipf_ids  # type: ignore  # noqa: E402
 
 # Kaggle Criteo (Display Advertising Challenge) vocabulary sizes of C1..C26.
 CRITEO_KAGGLE_CARDINALITIES = [
@@ -73,44 +73,12 @@ def cardinalities(scale: float, tables: int) -> list[int]:
     return [max(4, int(round(c * scale))) + 2 for c in cards]
 
 
-def zipf_ids(n: int, cardinality: int, exponent: float, gen: torch.Generator, device: str) -> torch.Tensor:
-    """Ids in ``[1, cardinality)`` with P(rank k) ~ 1/k**exponent (inverse CDF of the continuous law)."""
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
-    m = cardinality - 1
-    if abs(exponent - 1.0) < 1e-9:
-        ranks = torch.exp(u * torch.log(torch.tensor(m + 1.0)))
-    else:
-        a = 1.0 - exponent
-        ranks = ((m + 1.0) ** a - 1.0) * u + 1.0
-        ranks = ranks ** (1.0 / a)
-    ids = torch.clamp(ranks.floor().to(torch.int64), 1, m)
-    return ids.to(device)
-
-
 def make_batches(cards: list[int], batch: int, count: int, exponent: float, device: str, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(count):
-        batches.append({f"C{i + 1}": zipf_ids(batch, c, exponent, gen, device) for i, c in enumerate(cards)})
+        batches.append({f"C{i + 1}": zipf_ids(batch, c, exponent, gen).to(device) for i, c in enumerate(cards)})
     return batches
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_steps(step: Callable[[dict], None], batches: list[dict], steps: int, warmup: int, device: str) -> float:
-    for i in range(warmup):
-        step(batches[i % len(batches)])
-    sync(device)
-    times = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        step(batches[i % len(batches)])
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 class PerTable(nn.Module):
@@ -267,7 +235,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for name, make in makers.items():
             try:
                 step = make()
-                seconds_of[name] = (time_steps(step, batches, args.steps, args.warmup, args.device), "ok")
+                seconds_of[name] = (median_step_seconds(lambda i: step(batches[i % len(batches)]), args.steps, args.warmup, args.device), "ok")
             except torch.cuda.OutOfMemoryError:
                 seconds_of[name] = (float("nan"), "OOM")
             except RuntimeError as exc:

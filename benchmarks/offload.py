@@ -27,7 +27,6 @@ import gc
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,45 +43,14 @@ from tabloader.torch.layers import EmbeddingConfig  # noqa: E402
 from tabloader.torch.offload import OffloadedEmbeddingCollection, bytes_per_row  # noqa: E402
 
 try:
-    from benchmarks._common import print_table  # noqa: E402
+    from benchmarks._common import print_table, median_step_seconds, zipf_ids  # noqa: E402
 except ImportError:  # run from inside benchmarks/
-    from _common import print_table  # type: ignore  # noqa: E402
+    from _common import print_table, median_step_seconds, zipf_ids  # type: ignore  # noqa: E402
 
 DEFAULTS = {  # device -> rows per table, dim, batch, steps
     "cuda": (20_000_000, 128, 65536, 20),
     "cpu": (400_000, 32, 8192, 5),
 }
-
-
-def zipf_ids(n: int, cardinality: int, exponent: float, gen: torch.Generator) -> torch.Tensor:
-    """Ids in ``[1, cardinality)`` with P(rank k) ~ 1/k**exponent (inverse CDF of the continuous law)."""
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
-    m = cardinality - 1
-    if abs(exponent - 1.0) < 1e-9:
-        ranks = torch.exp(u * torch.log(torch.tensor(m + 1.0)))
-    else:
-        a = 1.0 - exponent
-        ranks = (((m + 1.0) ** a - 1.0) * u + 1.0) ** (1.0 / a)
-    return torch.clamp(ranks.floor().to(torch.int64), 1, m)
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_steps(step: Callable[[int], None], steps: int, warmup: int, device: str) -> float:
-    """Median seconds per step."""
-    for i in range(warmup):
-        step(i)
-    sync(device)
-    times = []
-    for i in range(steps):
-        start = time.perf_counter()
-        step(warmup + i)
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             (out_dev * upstream).sum().backward()
             opt.step()
 
-        results.append((f"cpu nn.Embedding+{type(opt).__name__}", time_steps(cpu_step, steps, args.warmup, dev), ""))
+        results.append((f"cpu nn.Embedding+{type(opt).__name__}", median_step_seconds(cpu_step, steps, args.warmup, dev), ""))
         del embs, opt
         gc.collect()
 
@@ -165,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         return step
 
     results.append((f"offloaded (hot {sum(hot):,} rows, {hit:.0%} of lookups; {uniq_cold:,.0f} unique cold "
-                    "rows/table/batch)", time_steps(coll_step(off), steps, args.warmup, dev), ""))
+                    "rows/table/batch)", median_step_seconds(coll_step(off), steps, args.warmup, dev), ""))
     del off
     gc.collect()
     if dev == "cuda":
@@ -176,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         fused = FusedEmbeddingCollection(configs, optimizer=args.optimizer, lr=args.lr, device=dev,
                                          validate_indices=False)
         results.append(("all-GPU fused" if dev == "cuda" else "all-on-device fused (host)",
-                        time_steps(coll_step(fused), steps, args.warmup, dev), ""))
+                        median_step_seconds(coll_step(fused), steps, args.warmup, dev), ""))
         del fused
     except torch.OutOfMemoryError:
         results.append(("all-GPU fused", float("nan"), "does not fit"))

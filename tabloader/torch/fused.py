@@ -270,6 +270,15 @@ class _FusedLookup(torch.autograd.Function):
         return None, None, None, None
 
 
+def output_dtype(dtype: torch.dtype | None, device: torch.device) -> torch.dtype:
+    """The lookups' dtype: ``dtype`` if given, else autocast's on ``device`` when enabled, else fp32."""
+    if dtype is not None:
+        return dtype
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return torch.float32
+
+
 class FusedEmbeddingCollection(nn.Module):
     """Embedding tables in one buffer; the optimizer update runs inside the backward pass.
 
@@ -486,17 +495,9 @@ class FusedEmbeddingCollection(nn.Module):
                     f"and end at len(values)={ids.numel()} (last offset is {b})")
 
     # --- forward / backward -----------------------------------------------------------------
-    def _out_dtype(self) -> torch.dtype:
-        if self.dtype is not None:
-            return self.dtype
-        dev = self.weight.device.type
-        if torch.is_autocast_enabled(dev):
-            return torch.get_autocast_dtype(dev)
-        return torch.float32
-
     def forward(self, features: Mapping[str, Any]) -> Any:
         plan = self.plan(features)
-        dtype = self._out_dtype()
+        dtype = output_dtype(self.dtype, self.weight.device)
         if torch.is_grad_enabled() and self.weight.requires_grad:
             out = _FusedLookup.apply(self.weight, self, plan, dtype)
         else:

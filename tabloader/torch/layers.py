@@ -320,7 +320,27 @@ def _sparse_set(sparse_columns: Any, by_feature: Mapping[str, EmbeddingConfig]) 
 # --------------------------------------------------------------------------------------------
 # layers
 # --------------------------------------------------------------------------------------------
-class ConcatenatedEmbeddings(nn.Module):
+class _PerTableParameters:
+    """``output_dim`` and the sparse / dense parameter split of a layer holding one module per
+    table in ``self._tables`` (a ``ModuleDict`` by table name) and ``configs``, ``sparse_tables``."""
+
+    configs: list[EmbeddingConfig]
+    sparse_tables: set[str]
+
+    @property
+    def output_dim(self) -> int:
+        return sum(cfg.embedding_dim * len(cfg.features) for cfg in self.configs)
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        """Weights with sparse gradients (for ``SparseAdam`` / ``SGD``)."""
+        return [self._tables[c.name].weight for c in self.configs if c.name in self.sparse_tables]
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Weights with ordinary dense gradients."""
+        return [self._tables[c.name].weight for c in self.configs if c.name not in self.sparse_tables]
+
+
+class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
     """One ``nn.Embedding`` per table; the embeddings of all configured features, concatenated.
 
     Args:
@@ -373,16 +393,8 @@ class ConcatenatedEmbeddings(nn.Module):
         return [f for cfg in self.configs for f in cfg.features]
 
     @property
-    def output_dim(self) -> int:
-        return sum(cfg.embedding_dim * len(cfg.features) for cfg in self.configs)
-
-    def sparse_parameters(self) -> list[nn.Parameter]:
-        """Weights with sparse gradients (for ``SparseAdam`` / ``SGD``)."""
-        return [self.embeddings[c.name].weight for c in self.configs if c.name in self.sparse_tables]
-
-    def dense_parameters(self) -> list[nn.Parameter]:
-        """Weights with ordinary dense gradients."""
-        return [self.embeddings[c.name].weight for c in self.configs if c.name not in self.sparse_tables]
+    def _tables(self) -> nn.ModuleDict:
+        return self.embeddings
 
     def lookup(self, features: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The embedding ``(B, dim)`` of every configured feature, by feature name."""
@@ -409,7 +421,7 @@ class ConcatenatedEmbeddings(nn.Module):
         return f"output_dim={self.output_dim}, sparse_tables={sorted(self.sparse_tables)}"
 
 
-class MultiHotEmbeddings(nn.Module):
+class MultiHotEmbeddings(_PerTableParameters, nn.Module):
     """List (multi-hot) features pooled through ``nn.EmbeddingBag`` (``sum`` or ``mean``).
 
     Each feature comes as ``(values, offsets)`` with ``offsets`` of length ``B + 1`` (the
@@ -451,14 +463,8 @@ class MultiHotEmbeddings(nn.Module):
             self.bags[cfg.name] = bag
 
     @property
-    def output_dim(self) -> int:
-        return sum(cfg.embedding_dim * len(cfg.features) for cfg in self.configs)
-
-    def sparse_parameters(self) -> list[nn.Parameter]:
-        return [self.bags[c.name].weight for c in self.configs if c.name in self.sparse_tables]
-
-    def dense_parameters(self) -> list[nn.Parameter]:
-        return [self.bags[c.name].weight for c in self.configs if c.name not in self.sparse_tables]
+    def _tables(self) -> nn.ModuleDict:
+        return self.bags
 
     def lookup(self, features: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         out = {}

@@ -58,6 +58,7 @@ from tabloader.torch.fused import (
     adam_step_size,
     init_update_options,
     load_kernels,
+    output_dtype,
     reference_update,
     segments,
     triton_interpreting,
@@ -482,18 +483,10 @@ class OffloadedEmbeddingCollection(nn.Module):
         return _Split(plan, hot, cold, staged)
 
     # --- forward / backward ----------------------------------------------------------------------
-    def _out_dtype(self) -> torch.dtype:
-        if self.dtype is not None:
-            return self.dtype
-        dev = self.hot_weight.device.type
-        if torch.is_autocast_enabled(dev):
-            return torch.get_autocast_dtype(dev)
-        return torch.float32
-
     def forward(self, features: Mapping[str, Any]) -> Any:
         training = torch.is_grad_enabled() and self.hot_weight.requires_grad
         split = self._split(features, training)
-        dtype = self._out_dtype()
+        dtype = output_dtype(self.dtype, self.hot_weight.device)
         if training:
             out = _FusedLookup.apply(self.hot_weight, self, split, dtype)
         else:
