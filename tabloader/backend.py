@@ -441,6 +441,20 @@ def column_values(series: Any, dtype: Any = None) -> Any:
     return series.to_numpy(dtype=dtype, na_value=np.nan)
 
 
+def numeric_values(series: Any) -> Any:
+    """A numeric column as an array for ufuncs: its own dtype when it is
+    :func:`is_plain_numeric`, else float64 with nulls as NaN.
+
+    Example:
+        >>> import pandas as pd
+        >>> numeric_values(pd.Series([1, 2], dtype="int32")).dtype
+        dtype('int32')
+        >>> numeric_values(pd.Series([1, None], dtype="Int64")).tolist()
+        [1.0, nan]
+    """
+    return column_values(series) if is_plain_numeric(series) else column_values(series, "float64")
+
+
 def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:
     """A DataFrame (pandas, or cuDF when ``like`` is a cuDF frame) from name -> array/Series, uncopied."""
     if like is not None and is_gpu_object(like):

@@ -68,6 +68,24 @@ def float_values(frame: Any, name: str) -> np.ndarray:
     return backend.to_host(frame[name]).to_numpy(dtype=np.float64, na_value=np.nan)
 
 
+def per_group_state(stats: dict[str, Any], null_stats: dict[str, Any]) -> dict[str, Any]:
+    """Per-group statistics (frames by output prefix) as a flat state: the saved workflow
+    stores each entry as its own parquet file, named by position rather than by prefix."""
+    prefixes = list(stats)
+    state: dict[str, Any] = {"prefixes": prefixes}
+    for i, p in enumerate(prefixes):
+        state[f"stats_{i}"] = stats[p]
+        state[f"null_{i}"] = null_stats[p]
+    return state
+
+
+def per_group_stats(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inverse of :func:`per_group_state`: ``(stats, null_stats)`` by prefix."""
+    prefixes = state["prefixes"]
+    return ({p: state[f"stats_{i}"] for i, p in enumerate(prefixes)},
+            {p: state[f"null_{i}"] for i, p in enumerate(prefixes)})
+
+
 class JoinGroupby(CachedLookups, StatOperator):
     """Per-category statistics of continuous columns, added to every row of that category.
 
@@ -233,18 +251,12 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     # --- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        prefixes = list(self.stats_)
-        state: dict[str, Any] = {"prefixes": prefixes}
-        for i, p in enumerate(prefixes):
-            state[f"stats_{i}"] = self.stats_[p]
-            state[f"null_{i}"] = self.null_stats_[p]
-        return state
+        return per_group_state(self.stats_, self.null_stats_)
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        self.stats_ = {p: state[f"stats_{i}"] for i, p in enumerate(state["prefixes"])}
-        self.null_stats_ = {p: state[f"null_{i}"] for i, p in enumerate(state["prefixes"])}
+        self.stats_, self.null_stats_ = per_group_stats(state)
         self._lookup = {}
 
     # --- transform -------------------------------------------------------------------------

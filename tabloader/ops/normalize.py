@@ -61,11 +61,6 @@ def _scale(x: Any, offset: float, scale: float, out_dtype: np.dtype) -> Any:
     return out
 
 
-def _values(series: Any) -> Any:
-    return backend.column_values(series) if backend.is_plain_numeric(series) else \
-        backend.column_values(series, "float64")
-
-
 class Normalize(StatOperator):
     """Standardize continuous columns: ``(x - mean) / std``, output float32 by default.
 
@@ -132,7 +127,7 @@ class Normalize(StatOperator):
         _check_fitted_columns(self, cols, self.means_)
         check_numeric(self, frame, cols)
         out_dtype = _check_out_dtype(self)
-        out = {c: _scale(_values(frame[c]), self.means_[c], self.stds_[c], out_dtype) for c in cols}
+        out = {c: _scale(backend.numeric_values(frame[c]), self.means_[c], self.stds_[c], out_dtype) for c in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
 
     def get_state(self) -> dict[str, Any]:
@@ -211,7 +206,8 @@ class NormalizeMinMax(StatOperator):
         _check_fitted_columns(self, cols, self.mins_)
         check_numeric(self, frame, cols)
         out_dtype = _check_out_dtype(self)
-        out = {c: _scale(_values(frame[c]), self.mins_[c], self.maxs_[c] - self.mins_[c], out_dtype) for c in cols}
+        out = {c: _scale(backend.numeric_values(frame[c]), self.mins_[c], self.maxs_[c] - self.mins_[c], out_dtype)
+               for c in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
 
     def get_state(self) -> dict[str, Any]:

@@ -40,9 +40,7 @@ class LogOp(Operator):
         check_numeric(self, frame, cols)
         out = {}
         for col in cols:
-            series = frame[col]
-            x = backend.column_values(series) if backend.is_plain_numeric(series) else \
-                backend.column_values(series, "float64")
+            x = backend.numeric_values(frame[col])
             xp = backend.array_lib(x)
             with np.errstate(invalid="ignore", divide="ignore"):
                 if x.dtype == np.float32:
@@ -158,9 +156,7 @@ class Bucketize(Operator):
         check_numeric(self, frame, cols)
         out = {}
         for col in cols:
-            series = frame[col]
-            x = backend.column_values(series) if backend.is_plain_numeric(series) else \
-                backend.column_values(series, "float64")
+            x = backend.numeric_values(frame[col])
             xp = backend.array_lib(x)
             bounds = xp.asarray(self._boundaries_of(col))
             out[col] = xp.searchsorted(bounds, x, side="right").astype(np.int64)

@@ -37,7 +37,8 @@ import pandas as pd
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
 from tabloader.ops.categorify import ValueLookup, _arrow_to_pandas, concat_keys, group_keys, null_mask
-from tabloader.ops.groupby import float_values, key_groups, normalize_keys, split_null_rows
+from tabloader.ops.groupby import (float_values, key_groups, normalize_keys, per_group_state, per_group_stats,
+                                   split_null_rows)
 from tabloader.ops.hashing import new_frame
 from tabloader.schema import ColumnSchema, Schema, Tags
 
@@ -201,19 +202,13 @@ class TargetEncoding(CachedLookups, StatOperator):
 
     # --- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        prefixes = list(self.stats_)
-        state: dict[str, Any] = {"prefixes": prefixes, "global_mean": self.global_mean_}
-        for i, p in enumerate(prefixes):
-            state[f"stats_{i}"] = self.stats_[p]
-            state[f"null_{i}"] = self.null_stats_[p]
-        return state
+        return {**per_group_state(self.stats_, self.null_stats_), "global_mean": self.global_mean_}
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not state:
             return
         self.global_mean_ = dict(state["global_mean"])
-        self.stats_ = {p: state[f"stats_{i}"] for i, p in enumerate(state["prefixes"])}
-        self.null_stats_ = {p: state[f"null_{i}"] for i, p in enumerate(state["prefixes"])}
+        self.stats_, self.null_stats_ = per_group_stats(state)
         self._lookup = {}
 
     # --- transform -------------------------------------------------------------------------
