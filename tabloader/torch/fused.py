@@ -279,6 +279,17 @@ def output_dtype(dtype: torch.dtype | None, device: torch.device) -> torch.dtype
     return torch.float32
 
 
+def shape_output(out: torch.Tensor, module: nn.Module, plan: LookupPlan) -> Any:
+    """Lookups ``(B * F, D)`` in the form ``module.output`` asks for: ``"concat"`` ``(B, F * D)``,
+    ``"stack"`` ``(B, F, D)`` or ``"dict"`` (feature name -> ``(B, D)``)."""
+    out = out.view(plan.batch, plan.num_features, module.embedding_dim)
+    if module.output == "stack":
+        return out
+    if module.output == "dict":
+        return {feat: out[:, f] for f, feat in enumerate(module.features)}
+    return out.reshape(plan.batch, plan.num_features * module.embedding_dim)
+
+
 class FusedEmbeddingCollection(nn.Module):
     """Embedding tables in one buffer; the optimizer update runs inside the backward pass.
 
@@ -502,12 +513,7 @@ class FusedEmbeddingCollection(nn.Module):
             out = _FusedLookup.apply(self.weight, self, plan, dtype)
         else:
             out = self._lookup(plan, dtype)
-        out = out.view(plan.batch, plan.num_features, self.embedding_dim)
-        if self.output == "stack":
-            return out
-        if self.output == "dict":
-            return {feat: out[:, f] for f, feat in enumerate(self.features)}
-        return out.reshape(plan.batch, plan.num_features * self.embedding_dim)
+        return shape_output(out, self, plan)
 
     def _lookup(self, plan: LookupPlan, dtype: torch.dtype) -> torch.Tensor:
         weight = self.weight.detach()

@@ -59,6 +59,7 @@ from tabloader.torch.fused import (
     init_update_options,
     load_kernels,
     output_dtype,
+    shape_output,
     reference_update,
     segments,
     triton_interpreting,
@@ -491,12 +492,7 @@ class OffloadedEmbeddingCollection(nn.Module):
             out = _FusedLookup.apply(self.hot_weight, self, split, dtype)
         else:
             out = self._lookup(split, dtype)
-        out = out.view(split.plan.batch, split.plan.num_features, self.embedding_dim)
-        if self.output == "stack":
-            return out
-        if self.output == "dict":
-            return {feat: out[:, f] for f, feat in enumerate(self.features)}
-        return out.reshape(split.plan.batch, split.plan.num_features * self.embedding_dim)
+        return shape_output(out, self, split.plan)
 
     def _lookup(self, split: _Split, dtype: torch.dtype) -> torch.Tensor:
         plan, d = split.plan, self.embedding_dim
