@@ -4,6 +4,7 @@ and take seconds: ``slow``."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -39,19 +40,32 @@ def _stats(wf):
 
 
 @contextlib.contextmanager
-def _kill_a_worker_after(cluster, markers, count):
+def _kill_a_worker_after(cluster, markers, count, per_file=None):
     """SIGKILL one worker process (its nanny restarts it) once ``count`` partitions have left a
-    marker; yields a dict that gets the pid and the marker count at the kill."""
+    marker; yields a dict that gets the pid and the marker count at the kill.
+
+    With ``per_file`` (partitions per output file), the victim is a worker in the middle of a
+    file: its own marker count (markers are named by pid) is not a multiple of ``per_file``,
+    so its latest partition -- and the file -- is still being written.
+    """
     killed = {}
+
+    def victim():
+        names = os.listdir(markers)
+        if len(names) < count:
+            return None
+        if per_file is None:
+            return next(iter(cluster.workers.values())).process.process.pid
+        per_pid = collections.Counter(int(name.split("-")[0]) for name in names)
+        return next((pid for pid, n in per_pid.items() if n % per_file), None)
 
     def kill_one_worker():
         deadline = time.monotonic() + 60
-        while len(os.listdir(markers)) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        nanny = next(iter(cluster.workers.values()))
-        killed["pid"] = nanny.process.process.pid
-        killed["after"] = len(os.listdir(markers))
-        os.kill(killed["pid"], signal.SIGKILL)
+        while (pid := victim()) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        killed["pid"], killed["after"] = pid, len(os.listdir(markers))
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
 
     killer = threading.Thread(target=kill_one_worker)
     killer.start()
@@ -110,7 +124,7 @@ def test_write_survives_a_killed_worker(tmp_path):
         marker.unlink()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster):
-        with _kill_a_worker_after(cluster, markers, 10) as killed:
+        with _kill_a_worker_after(cluster, markers, 10, per_file=10) as killed:
             fitted.transform(dataset).to_parquet(str(tmp_path / "out"), output_files=4, progress=False)
     assert 10 <= killed["after"] < 40 and len(os.listdir(markers)) > 40, killed  # a file was rewritten
     assert sorted(os.listdir(tmp_path / "out")) == sorted(os.listdir(tmp_path / "reference"))
