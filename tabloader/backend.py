@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -161,23 +161,69 @@ def frame_arrow_schema(frame: Any) -> Any:
     return schema
 
 
-def from_arrow(table: Any, device: str = "cpu") -> Any:
+def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = ()) -> Any:
     """A pyarrow Table as a DataFrame on ``device``.
 
-    On the CPU, arrow types keep pandas' conventions: nullable integers become ``Int64`` and so
-    on, list columns stay arrow-backed (``pd.ArrowDtype``) so no Python objects are created.
+    On the CPU, arrow types keep pandas' conventions and lose no value: integer and boolean
+    columns named in ``nullable``, and any that hold a null, become pandas nullable dtypes
+    (``Int64``, ``boolean``...) rather than float64 (which would merge integers above 2**53);
+    the other integer columns stay numpy. A dataset passes the columns it decided may hold
+    nulls, so that every partition, with or without a null, gets the same dtype. List,
+    decimal, date, time and binary columns stay arrow-backed (``pd.ArrowDtype``), so no
+    Python objects are created and writing them back keeps their type. cuDF columns are
+    nullable already.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> t = pa.table({"a": pa.array([2**60 + 1, None]), "b": [1, 2], "c": [1, 2]})
+        >>> frame = from_arrow(t, nullable=["c"])
+        >>> [str(d) for d in frame.dtypes], frame["a"].tolist()[0] == 2**60 + 1
+        (['Int64', 'int64', 'Int64'], True)
     """
     if resolve_device(device) == "cuda":
         return cudf().DataFrame.from_arrow(table)
-    return table.to_pandas(types_mapper=_pandas_type_for_arrow, self_destruct=False)
+    masked = [name for name, column in zip(table.column_names, table.columns)
+              if has_nullable_dtype(column.type) and (name in nullable or column.null_count)]
+    if not masked:
+        return table.to_pandas(types_mapper=_pandas_type_for_arrow, self_destruct=False)
+    plain = table.drop_columns(masked).to_pandas(types_mapper=_pandas_type_for_arrow, self_destruct=False)
+    nulls = table.select(masked).to_pandas(types_mapper=_nullable_type_for_arrow, self_destruct=False)
+    return pd.concat([plain, nulls], axis=1)[table.column_names]
+
+
+def has_nullable_dtype(arrow_type: Any) -> bool:
+    """True for arrow types whose plain pandas dtype cannot hold a null (integers, booleans):
+    with nulls they need pandas' nullable dtypes.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> has_nullable_dtype(pa.uint8()), has_nullable_dtype(pa.float32())
+        (True, False)
+    """
+    import pyarrow as pa
+
+    return pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type)
+
+
+def is_arrow_backed(arrow_type: Any) -> bool:
+    """True for the arrow types pandas columns keep as ``pd.ArrowDtype`` (lists, decimals,
+    dates, times, binary): pandas' own dtypes would make them Python objects, and writing
+    those back would not know their type.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_arrow_backed(pa.date32()), is_arrow_backed(pa.int64())
+        (True, False)
+    """
+    import pyarrow as pa
+
+    return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_decimal(arrow_type)
+            or pa.types.is_date(arrow_type) or pa.types.is_time(arrow_type) or pa.types.is_binary(arrow_type)
+            or pa.types.is_large_binary(arrow_type) or pa.types.is_fixed_size_binary(arrow_type))
 
 
 def _pandas_type_for_arrow(arrow_type: Any) -> Any:
-    import pyarrow as pa
-
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return pd.ArrowDtype(arrow_type)
-    return None
+    return pd.ArrowDtype(arrow_type) if is_arrow_backed(arrow_type) else None
 
 
 def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
@@ -397,7 +443,7 @@ def _nullable_type_for_arrow(arrow_type: Any) -> Any:
     """pandas nullable dtypes for arrow integers and booleans (so nulls do not turn them into floats)."""
     import pyarrow as pa
 
-    if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
+    if has_nullable_dtype(arrow_type):
         return {
             "int8": pd.Int8Dtype(), "int16": pd.Int16Dtype(), "int32": pd.Int32Dtype(), "int64": pd.Int64Dtype(),
             "uint8": pd.UInt8Dtype(), "uint16": pd.UInt16Dtype(), "uint32": pd.UInt32Dtype(),

@@ -259,9 +259,19 @@ class Schema:
 
 
 def arrow_dtype_name(arrow_type: Any) -> str:
-    """A numpy-style dtype name for an arrow type (``string`` for text, ``category`` for dictionaries)."""
+    """A numpy-style dtype name for an arrow type (``string`` for text, ``category`` for
+    dictionaries); arrow's own name for the types pandas keeps arrow-backed (``decimal128(10,
+    2)``, ``date32[day]``, ``binary``...).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> arrow_dtype_name(pa.int32()), arrow_dtype_name(pa.large_string()), arrow_dtype_name(pa.date32())
+        ('int32', 'string', 'date32[day]')
+    """
     import numpy as np
     import pyarrow as pa
+
+    from tabloader import backend
 
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return "string"
@@ -269,10 +279,40 @@ def arrow_dtype_name(arrow_type: Any) -> str:
         return "category"
     if pa.types.is_timestamp(arrow_type):
         return f"datetime64[{arrow_type.unit}]"
+    if backend.is_arrow_backed(arrow_type):
+        return str(arrow_type)
     try:
         return str(np.dtype(arrow_type.to_pandas_dtype()))  # 'object' for nulls/decimals, not 'object_'
     except (NotImplementedError, TypeError):
         return str(arrow_type)
+
+
+def is_supported_arrow_type(arrow_type: Any) -> bool:
+    """True for the column types tabloader reads: numbers, booleans, strings, binary, decimals,
+    dates, times, timestamps, durations, nulls, dictionaries of those, and lists of them.
+    Structs, maps, unions, lists of lists and extension types are not.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_supported_arrow_type(pa.list_(pa.string())), is_supported_arrow_type(pa.list_(pa.list_(pa.int8())))
+        (True, False)
+    """
+    import pyarrow as pa
+
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _is_supported_scalar(arrow_type.value_type)
+    return _is_supported_scalar(arrow_type)
+
+
+def _is_supported_scalar(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    t = pa.types
+    return any(test(arrow_type) for test in (
+        t.is_integer, t.is_floating, t.is_boolean, t.is_string, t.is_large_string, t.is_binary, t.is_large_binary,
+        t.is_fixed_size_binary, t.is_decimal, t.is_date, t.is_time, t.is_timestamp, t.is_duration, t.is_null))
 
 
 def _json_default(value: Any) -> Any:
