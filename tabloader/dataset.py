@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -38,12 +39,17 @@ class SchemaMismatchError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
-    """Some row groups of one parquet file (all of them when ``row_groups`` is None)."""
+    """Some row groups of one parquet file (all of them when ``row_groups`` is None).
+
+    ``partition`` holds the file's hive partition keys, ``(name, value)`` pairs parsed from
+    its ``name=value`` folders: every row of the piece has these values.
+    """
 
     path: str
     row_groups: tuple[int, ...] | None
     num_rows: int
     nbytes: int
+    partition: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +73,16 @@ class Dataset:
             tags and properties; by default read from ``_schema.json`` beside the data, else
             inferred from the dtypes.
         device: ``"cpu"`` (pandas), ``"cuda"`` (cuDF) or None for cuDF when it is usable.
+        columns: read only these columns, in this order (by default every column).
         **read_kwargs: passed to the CSV reader (``sep``, ``names``, ...).
+
+    Parquet files are read as their writer (pyarrow, Spark, DuckDB, polars, pandas) left
+    them: integer and boolean columns that may hold nulls (the files' statistics say so, or
+    say nothing) are pandas nullable dtypes (``Int64``, ``boolean``...) in every partition,
+    the others numpy; ``key=value`` folders (hive partitioning) become columns; files may
+    order their columns differently (the first file's order is used); dictionary-encoded
+    columns are read as their values. Struct, map and list-of-list columns are refused here,
+    naming the column: leave them out with ``columns=``.
 
     Example:
         >>> import pandas as pd, tabloader as tl
@@ -77,7 +92,8 @@ class Dataset:
     """
 
     def __init__(self, source: Any, engine: str | None = None, part_size: int | str = "128MB",
-                 schema: Schema | str | None = None, device: str | None = None, **read_kwargs: Any) -> None:
+                 schema: Schema | str | None = None, device: str | None = None,
+                 columns: Sequence[str] | None = None, **read_kwargs: Any) -> None:
         self.part_size = _parse_part_size(part_size)
         self.device = _dataset_device(device)
         self.engine = engine
@@ -88,14 +104,18 @@ class Dataset:
         self._row_slices: list[tuple[int, int]] = []
         self._num_rows: int | None = None
         self._fs = None
+        self._nullable: frozenset[str] = frozenset()  # parquet: integer/boolean columns read as nullable dtypes
+        self._partition_keys: tuple[str, ...] = ()  # parquet: hive partition key columns
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+        if isinstance(columns, str):
+            columns = [columns]
         if _is_dask_frame(source):
-            self._ddf = source
+            self._ddf = _select(source, columns, "the Dask DataFrame")
         elif isinstance(source, pd.DataFrame) or backend.is_gpu_object(source):
-            self._init_frame(source)
+            self._init_frame(_select(source, columns, "the DataFrame"))
         else:
-            self._init_files(source, engine, read_kwargs)
+            self._init_files(source, engine, columns, read_kwargs)
         self._base_schema = self._infer_schema(schema)
         self._schema = self._base_schema
 
@@ -111,25 +131,28 @@ class Dataset:
         self._row_slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         self._num_rows = n
 
-    def _init_files(self, source: Any, engine: str | None, read_kwargs: dict) -> None:
-        paths, self._fs, self.source_dir = _resolve_paths(source)
+    def _init_files(self, source: Any, engine: str | None, columns: Sequence[str] | None, read_kwargs: dict) -> None:
+        paths, self._fs, self.source_dir, bases = _resolve_paths(source)
         self.paths = paths
         self.engine = engine or _infer_engine(paths)
         if self.engine == "csv":
-            import dask
-            import dask.dataframe as dd
-
             urls = [self._fs.unstrip_protocol(p) if "://" in str(source) else p for p in paths]
-            # Keep pandas' own string dtype (as parquet sources have), not Dask's string[pyarrow].
-            with dask.config.set({"dataframe.convert-string": False}):
-                self._ddf = dd.read_csv(urls, blocksize=self.part_size, **read_kwargs)
+            self._ddf = _read_csv(paths, urls, self.part_size, columns, read_kwargs)
             return
-        metadata = _read_parquet_metadata(paths, self._fs)
-        _check_same_schema(paths, [m.schema.to_arrow_schema() for m in metadata])
-        self._arrow_schema = metadata[0].schema.to_arrow_schema()
+        metadata = _for_each_file(lambda p: _read_one_metadata(p, self._fs), paths)
+        key_fields, partitions = _hive_partitions(paths, bases)
+        schemas = [_file_fields(m.schema.to_arrow_schema(), path, key_fields) for m, path in zip(metadata, paths)]
+        _check_same_schema(paths, [{**fields, **{k: key_fields[k] for k, _ in keys}}
+                                   for fields, keys in zip(schemas, partitions)])
+        names = _checked_columns([*schemas[0], *key_fields], columns, paths[0])
+        import pyarrow as pa
+
+        self._arrow_schema = pa.schema([pa.field(n, schemas[0][n] if n in schemas[0] else key_fields[n]) for n in names])
+        self._partition_keys = tuple(n for n in names if n in key_fields)
+        self._nullable = _columns_that_may_hold_nulls(metadata, self._arrow_schema, partitions)
         widths = _fixed_widths(self._arrow_schema)
-        pieces = [Piece(p, (i,), m.row_group(i).num_rows, _in_memory_bytes(m.row_group(i), widths))
-                  for p, m in zip(paths, metadata) for i in range(m.num_row_groups)]
+        pieces = [Piece(p, (i,), m.row_group(i).num_rows, _in_memory_bytes(m.row_group(i), widths), keys)
+                  for p, m, keys in zip(paths, metadata, partitions) for i in range(m.num_row_groups)]
         self._partitions = _group_pieces(pieces, self.part_size)
         self._num_rows = sum(p.num_rows for p in pieces)
 
@@ -137,11 +160,14 @@ class Dataset:
         if isinstance(schema, str):
             schema = Schema.load(schema)
         if self._frame is not None:
-            inferred = Schema.from_frame(self._frame)
+            arrow_schema, where = backend.frame_arrow_schema(self._frame), "the DataFrame"
         elif self._partitions:
-            inferred = Schema.from_arrow(self._arrow_schema)
+            arrow_schema, where = self._arrow_schema, self.paths[0]
         else:
-            inferred = Schema.from_frame(self._ddf)
+            arrow_schema = backend.frame_arrow_schema(self._ddf)
+            where = self.paths[0] if hasattr(self, "paths") else "the Dask DataFrame"
+        _refuse_unsupported_types(arrow_schema, where)
+        inferred = Schema.from_arrow(arrow_schema)
         if schema is None:
             schema = self._schema_file_beside_data()
         if schema is None:
@@ -223,9 +249,35 @@ class Dataset:
 
         tables = [self._read_piece(piece, columns) for piece in _merge_pieces(self._partitions[index])]
         if not tables:  # a dataset without row groups
-            empty = self._arrow_schema.empty_table()
-            return empty.select(list(columns)) if columns is not None else empty
+            return self._target_schema(columns).empty_table()
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def _target_schema(self, columns: Sequence[str] | None) -> Any:
+        """The arrow schema of ``columns`` (default: all) as this file dataset yields them."""
+        import pyarrow as pa
+
+        if columns is None:
+            return self._arrow_schema
+        missing = [c for c in columns if c not in self._arrow_schema.names]
+        if missing:
+            raise KeyError(f"columns {missing} are not in the dataset; available: {self._arrow_schema.names}")
+        return pa.schema([self._arrow_schema.field(c) for c in columns])
+
+    def _file_columns(self, columns: Sequence[str] | None) -> list[str]:
+        """The columns to read from the files for ``columns`` (partition keys are not in them)."""
+        return [n for n in self._target_schema(columns).names if n not in self._partition_keys]
+
+    def _conform(self, table: Any, piece: Piece, columns: Sequence[str] | None) -> Any:
+        """A table read from ``piece`` as the dataset yields it: ``columns`` (default all) in
+        the dataset's order, whatever the file's order, with the partition keys added and
+        dictionary-encoded columns decoded. Used by the loader's reader too."""
+        import pyarrow as pa
+
+        target = self._target_schema(columns)
+        keys = _partition_key_table(piece, target, table.num_rows)
+        arrays = [keys.column(f.name) if f.name in keys.column_names else table.column(f.name) for f in target]
+        return pa.Table.from_arrays([a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, target)],
+                                    schema=target)
 
     def _read_base_partition(self, index: int, columns: Sequence[str] | None) -> Any:
         if self._partitions:
@@ -233,7 +285,7 @@ class Dataset:
             if self.device == "cuda":
                 frames = [self._read_piece_frame(p, columns) for p in pieces]
                 return frames[0] if len(frames) == 1 else backend.concat(frames, ignore_index=True)
-            return backend.from_arrow(self._read_base_arrow(index, columns))
+            return backend.from_arrow(self._read_base_arrow(index, columns), nullable=self._nullable)
         if self._frame is not None:
             start, stop = self._row_slices[index]
             part = self._frame.iloc[start:stop]
@@ -244,18 +296,28 @@ class Dataset:
         return backend.to_device(frame, "cuda") if self.device == "cuda" and not backend.is_gpu_object(frame) else frame
 
     def _read_piece(self, piece: Piece, columns: Sequence[str] | None) -> Any:
+        file_columns = self._file_columns(columns)
         try:
             # Local files are read by pyarrow's native reader (no Python file object, no GIL).
             fs = None if _is_local(self._fs) else self._fs
-            return backend.read_parquet_arrow(piece.path, columns, piece.row_groups, filesystem=fs)
+            table = backend.read_parquet_arrow(piece.path, file_columns, piece.row_groups, filesystem=fs)
+            return self._conform(table, piece, columns)
         except Exception as exc:
             raise type(exc)(f"{piece.path}: could not read row groups {piece.row_groups}: {exc}") from exc
 
     def _read_piece_frame(self, piece: Piece, columns: Sequence[str] | None) -> Any:
+        target = self._target_schema(columns)
         try:
-            return backend.read_parquet(piece.path, columns, piece.row_groups, device=self.device)
+            frame = backend.read_parquet(piece.path, self._file_columns(columns), piece.row_groups, device=self.device)
         except Exception as exc:
             raise type(exc)(f"{piece.path}: could not read row groups {piece.row_groups}: {exc}") from exc
+        keys = _partition_key_table(piece, target, len(frame))
+        if keys.num_columns:
+            key_frame = backend.from_arrow(keys, self.device)
+            for name in keys.column_names:
+                frame[name] = key_frame[name]
+            frame = frame[target.names]
+        return frame
 
     def to_iter(self, columns: Sequence[str] | None = None) -> Iterator[Any]:
         """Yield one partition at a time (memory is bounded by the partition size)."""
@@ -272,7 +334,7 @@ class Dataset:
     def meta(self) -> Any:
         """An empty DataFrame with the columns and dtypes this dataset yields."""
         if self._partitions:
-            empty = backend.from_arrow(self._arrow_schema.empty_table(), self.device)
+            empty = backend.from_arrow(self._arrow_schema.empty_table(), self.device, self._nullable)
         elif self._frame is not None:
             empty = self._frame.iloc[:0]
         else:
@@ -512,13 +574,16 @@ def _is_data_file(path: str) -> bool:
     return not name.startswith(("_", "."))
 
 
-def _resolve_paths(source: Any) -> tuple[list[str], Any, str | None]:
-    """Expand paths, directories and globs into a sorted file list; also the data directory."""
+def _resolve_paths(source: Any) -> tuple[list[str], Any, str | None, list[str]]:
+    """Expand paths, directories and globs into a sorted file list; also the data directory,
+    and for each file the folder it was found under (its ``key=value`` subfolders below that
+    folder are hive partitions)."""
     if isinstance(source, (str, os.PathLike)):
         source = [source]
     if not isinstance(source, (list, tuple)) or not source:
         raise TypeError(f"Dataset source must be a path, a list of paths or a DataFrame, got {type(source).__name__}")
     files: list[str] = []
+    bases: list[str] = []
     fs = None
     directory = None
     for item in source:
@@ -529,19 +594,22 @@ def _resolve_paths(source: Any) -> tuple[list[str], Any, str | None]:
             if not matched:
                 raise FileNotFoundError(f"no files match {item!r}")
             files += matched
+            bases += [re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0]] * len(matched)
             directory = directory or matched[0].rsplit("/", 1)[0]
         elif fs.isdir(path):
             found = sorted(p for p in fs.find(path) if _is_data_file(p) and not _in_hidden_dir(p, path))
             if not found:
                 raise FileNotFoundError(f"directory {item!r} has no data files")
             files += found
+            bases += [path.rstrip("/")] * len(found)
             directory = directory or path
         elif fs.exists(path):
             files.append(path)
+            bases.append(path.rsplit("/", 1)[0])
             directory = directory or path.rsplit("/", 1)[0]
         else:
             raise FileNotFoundError(f"no such file or directory: {item!r}")
-    return files, fs, directory
+    return files, fs, directory, bases
 
 
 def _in_hidden_dir(path: str, root: str) -> bool:
@@ -601,18 +669,19 @@ def _in_memory_bytes(row_group: Any, widths: dict[str, int]) -> int:
     return max(total, row_group.total_byte_size)
 
 
-def _read_parquet_metadata(paths: Sequence[str], fs: Any) -> list:
+def _for_each_file(read: Callable[[str], Any], paths: Sequence[str]) -> list:
+    """``read(path)`` for every path, on threads (footers and headers: mostly waiting on I/O)."""
     if len(paths) == 1:
-        return [_read_one_metadata(paths[0], fs)]
+        return [read(paths[0])]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-        return list(pool.map(lambda p: _read_one_metadata(p, fs), paths))
+        return list(pool.map(read, paths))
 
 
-def _check_same_schema(paths: Sequence[str], schemas: Sequence[Any]) -> None:
-    """Every file must have the columns and types of the first; the error names both files."""
-    reference = {f.name: f.type for f in schemas[0]}
-    for path, schema in zip(paths[1:], schemas[1:]):
-        fields = {f.name: f.type for f in schema}
+def _check_same_schema(paths: Sequence[str], schemas: Sequence[dict[str, Any]]) -> None:
+    """Every file must have the columns and types (name -> type; None when unknown) of the
+    first, in any order; the error names both files."""
+    reference = schemas[0]
+    for path, fields in zip(paths[1:], schemas[1:]):
         missing = [c for c in reference if c not in fields]
         extra = [c for c in fields if c not in reference]
         changed = [f"{c} ({reference[c]} vs {fields[c]})" for c in reference if c in fields and reference[c] != fields[c]]
@@ -622,6 +691,180 @@ def _check_same_schema(paths: Sequence[str], schemas: Sequence[Any]) -> None:
                 f"extra columns {extra}" if extra else "",
                 f"different types: {', '.join(changed)}" if changed else ""]))
             raise SchemaMismatchError(f"{path} does not match {paths[0]}: {details}")
+
+
+# --- file layouts: hive keys, column selection and order, nulls, types ------------------------
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Spark, Hive and pyarrow write a null partition key
+
+
+def _hive_partitions(paths: Sequence[str], bases: Sequence[str]) -> tuple[dict[str, Any], list[tuple]]:
+    """The hive partition keys of each file: the ``name=value`` folders between the folder it
+    was found under and the file.
+
+    A key's values are typed as pyarrow's hive partitioning types them: int32 when every value
+    parses as one (arrow's own cast decides), else string; ``__HIVE_DEFAULT_PARTITION__`` is
+    null. Returns the key types (name -> arrow type) and per file its ``(name, value)`` pairs.
+    """
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+
+    found = []
+    for path, base in zip(paths, bases):
+        folders = path[len(base):].strip("/").split("/")[:-1] if path.startswith(base) else []
+        found.append([tuple(unquote(part) for part in folder.split("=", 1)) for folder in folders if "=" in folder])
+    types: dict[str, Any] = {}
+    typed: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(k for keys in found for k, _ in keys):
+        values = sorted({v for keys in found for k, v in keys if k == name and v != HIVE_NULL})
+        try:
+            parsed = pa.array(values, pa.string()).cast(pa.int32())
+        except pa.ArrowInvalid:
+            parsed = pa.array(values, pa.string())
+        types[name], typed[name] = parsed.type, dict(zip(values, parsed.to_pylist()))
+    return types, [tuple((k, typed[k].get(v)) for k, v in keys) for keys in found]
+
+
+def _file_fields(arrow_schema: Any, path: str, key_fields: dict[str, Any]) -> dict[str, Any]:
+    """Name -> type of a file's columns as they are read: dictionary-encoded columns decoded,
+    pandas' stored index left out. A column named like a partition key is refused."""
+    fields = {f.name: _decoded(f.type) for f in arrow_schema if not f.name.startswith("__index_level_")}
+    clash = [k for k in key_fields if k in fields]
+    if clash:
+        raise SchemaMismatchError(f"{path}: column(s) {clash} are in the file and also the names of partition "
+                                  "folders (name=value) of this dataset; rename the folders or the columns")
+    return fields
+
+
+def _decoded(arrow_type: Any) -> Any:
+    """The type a column is read as: dictionary-encoded values (also list elements) decoded,
+    so that every partition, and the meta, has the values' dtype rather than a categorical."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        return arrow_type.value_type
+    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and pa.types.is_dictionary(arrow_type.value_type):
+        field = arrow_type.value_field.with_type(arrow_type.value_type.value_type)
+        return pa.list_(field) if pa.types.is_list(arrow_type) else pa.large_list(field)
+    return arrow_type
+
+
+def _checked_columns(available: Sequence[Any], columns: Sequence[str] | None, where: str) -> list:
+    """``columns`` (by default all of ``available``), each checked to be in ``where``."""
+    available = list(available)
+    if columns is None:
+        return available
+    missing = [c for c in columns if c not in available]
+    if missing:
+        raise KeyError(f"columns={missing} are not in {where}; its columns are {available}")
+    return list(columns)
+
+
+def _select(frame: Any, columns: Sequence[str] | None, where: str) -> Any:
+    return frame if columns is None else frame[_checked_columns(frame.columns, columns, where)]
+
+
+def _columns_that_may_hold_nulls(metadata: Sequence[Any], arrow_schema: Any, partitions: Sequence[tuple]) -> frozenset[str]:
+    """The integer and boolean columns that may hold a null somewhere in the dataset.
+
+    Decided once, from the footers, so that every partition (also one without a null) and the
+    meta read such a column as the same nullable dtype. A row group may hold nulls when its
+    statistics count some or do not say; a column the file declares required holds none.
+    """
+    candidates = {f.name for f in arrow_schema if backend.has_nullable_dtype(f.type)}
+    found = {name for keys in partitions for name, value in keys if value is None and name in candidates}
+    for m in metadata:
+        optional = [(j, m.schema.column(j).path) for j in range(m.num_columns)
+                    if m.schema.column(j).path in candidates and m.schema.column(j).max_definition_level > 0]
+        for i in range(m.num_row_groups):
+            row_group = m.row_group(i)
+            for j, name in optional:
+                if name not in found and _may_hold_nulls(row_group.column(j).statistics):
+                    found.add(name)
+    return frozenset(found)
+
+
+def _may_hold_nulls(statistics: Any) -> bool:
+    return statistics is None or not statistics.has_null_count or statistics.null_count > 0
+
+
+def _partition_key_table(piece: Piece, target: Any, num_rows: int) -> Any:
+    """The partition key columns among the fields of ``target``, ``num_rows`` rows of the
+    values of ``piece`` (a table without columns when there are none)."""
+    import pyarrow as pa
+
+    keys = dict(piece.partition)
+    fields = [f for f in target if f.name in keys]
+    if not fields:
+        return pa.table({})
+    repeat = pa.array(np.zeros(num_rows, dtype=np.int32))
+    return pa.table({f.name: pa.array([keys[f.name]], f.type).take(repeat) for f in fields})
+
+
+def _refuse_unsupported_types(arrow_schema: Any, where: str) -> None:
+    """Refuse, before anything is read, columns of a type no reader or operator handles."""
+    from tabloader.schema import is_supported_arrow_type
+
+    for field in arrow_schema:
+        if not is_supported_arrow_type(field.type):
+            raise TypeError(
+                f"{where}: column {field.name!r} has type {field.type}, which tabloader does not read (it reads "
+                "numbers, booleans, strings, binary, decimals, dates, times, timestamps and lists of those; not "
+                "structs, maps or lists of lists): leave it out with Dataset(..., columns=[...]), or flatten it "
+                "first (for instance with pyarrow.Table.flatten for a struct)")
+
+
+# --- CSV ------------------------------------------------------------------------------------
+# Arguments of Dask's read_csv that pandas' does not take (left out when reading a header).
+_DASK_ONLY_CSV_ARGS = ("blocksize", "sample", "sample_rows", "assume_missing", "include_path_column")
+
+
+def _read_csv(paths: Sequence[str], urls: Sequence[str], part_size: int, columns: Sequence[str] | None,
+              read_kwargs: dict) -> Any:
+    """CSV files as a Dask DataFrame with the dtypes parquet sources have.
+
+    Each file's header is read first: a file missing a column, or ordering them differently
+    (Dask would read its later blocks with the first file's header), is refused naming it.
+    Values are parsed with pandas' nullable dtypes, so an integer column with blanks is
+    ``Int64`` in every block (pandas alone makes it float64, merging integers above 2**53,
+    and only in the blocks with a blank); nullable floats and strings go back to float64 and
+    ``str``. CSV has no statistics telling which columns have blanks: every integer column is
+    ``Int64`` and every boolean one ``boolean``.
+    """
+    import dask
+    import dask.dataframe as dd
+
+    header_kwargs = {k: v for k, v in read_kwargs.items() if k not in _DASK_ONLY_CSV_ARGS}
+    headers = _for_each_file(lambda url: _csv_header(url, header_kwargs), urls)
+    _check_same_schema(paths, [dict.fromkeys(header) for header in headers])
+    for path, header in zip(paths[1:], headers[1:]):
+        if header != headers[0]:
+            raise SchemaMismatchError(f"{path} orders its columns differently from {paths[0]} ({header} vs "
+                                      f"{headers[0]}); CSV files of one dataset must have the same header")
+    names = _checked_columns(headers[0], columns, paths[0])
+    # Keep pandas' own string dtype (as parquet sources have), not Dask's string[pyarrow].
+    with dask.config.set({"dataframe.convert-string": False}):
+        ddf = dd.read_csv(list(urls), blocksize=part_size, **{"dtype_backend": "numpy_nullable", **read_kwargs})
+        ddf = ddf[names] if columns is not None else ddf
+        usual = {c: _usual_dtype(d) for c, d in ddf.dtypes.items() if _usual_dtype(d) is not None}
+        return ddf.astype(usual) if usual else ddf
+
+
+def _csv_header(url: str, kwargs: dict) -> list:
+    try:
+        return list(pd.read_csv(url, **{**kwargs, "nrows": 0}).columns)
+    except Exception as exc:
+        raise ValueError(f"{url}: could not read its CSV header: {exc}") from exc
+
+
+def _usual_dtype(dtype: Any) -> Any:
+    """numpy floats for pandas' nullable floats and ``str`` for its NA-string dtype (the dtypes
+    parquet sources have); None for dtypes to keep."""
+    if isinstance(dtype, (pd.Float32Dtype, pd.Float64Dtype)):
+        return dtype.numpy_dtype
+    if isinstance(dtype, pd.StringDtype) and dtype.na_value is pd.NA:
+        return "str"
+    return None
 
 
 def _is_local(fs: Any) -> bool:
@@ -636,8 +879,8 @@ def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
     for piece in pieces:
         last = merged[-1] if merged else None
         if last is not None and last.path == piece.path and last.row_groups is not None and piece.row_groups is not None:
-            merged[-1] = Piece(last.path, last.row_groups + piece.row_groups, last.num_rows + piece.num_rows,
-                               last.nbytes + piece.nbytes)
+            merged[-1] = dataclasses.replace(last, row_groups=last.row_groups + piece.row_groups,
+                                             num_rows=last.num_rows + piece.num_rows, nbytes=last.nbytes + piece.nbytes)
         else:
             merged.append(piece)
     return merged

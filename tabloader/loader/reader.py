@@ -72,7 +72,7 @@ class PartitionReader:
             if self.gpu_frames:
                 data = self.dataset.read_partition(index, self.columns)
             elif self._pieces is not None:
-                data = _read_pieces_arrow(self._pieces[index], self.columns, self._arrow_fs)
+                data = _read_pieces_arrow(self.dataset, self._pieces[index], self.columns, self._arrow_fs)
             else:
                 data = self.dataset.read_partition_arrow(index, self.columns)
         except Exception as exc:
@@ -160,8 +160,10 @@ class ReadAhead:
         self.close()
 
 
-def _read_pieces_arrow(pieces: Sequence[Any], columns: Sequence[str], fs: Any) -> Any:
-    """Row groups of parquet files as one pyarrow Table, decoded into :func:`_memory_pool`.
+def _read_pieces_arrow(dataset: Any, pieces: Sequence[Any], columns: Sequence[str], fs: Any) -> Any:
+    """Row groups of parquet files of ``dataset`` as one pyarrow Table, decoded into
+    :func:`_memory_pool` and laid out as the dataset yields them (its column order, hive
+    partition keys added, dictionary-encoded columns decoded).
 
     The default (mimalloc) pool hands freed memory back to the OS at once, and page faults on
     fresh memory cost about as much as decoding itself; a pool that keeps its pages makes
@@ -172,19 +174,21 @@ def _read_pieces_arrow(pieces: Sequence[Any], columns: Sequence[str], fs: Any) -
 
     pool = _memory_pool()
     fmt = pds.ParquetFileFormat(default_fragment_scan_options=pds.ParquetFragmentScanOptions(pre_buffer=True))
+    file_columns = dataset._file_columns(columns)
     tables = []
     for piece in pieces:
         try:
             fragment = fmt.make_fragment(piece.path, filesystem=fs, row_groups=piece.row_groups)
-            missing = [c for c in columns if c not in fragment.physical_schema.names]
+            missing = [c for c in file_columns if c not in fragment.physical_schema.names]
             if missing:
                 raise KeyError(f"columns {missing} are missing")
-            tables.append(fragment.to_table(columns=list(columns), memory_pool=pool, use_threads=True))
+            table = fragment.to_table(columns=file_columns, memory_pool=pool, use_threads=True)
+            tables.append(dataset._conform(table, piece, columns))
         except Exception as exc:
             raise LoaderReadError(f"{piece.path}: could not read row groups {piece.row_groups}: "
                                   f"{type(exc).__name__}: {exc}") from exc
     if not tables:
-        return pa.table({c: [] for c in columns})
+        return dataset._target_schema(columns).empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, memory_pool=pool)
 
 
