@@ -132,6 +132,8 @@ class Dataset:
         self._num_rows = n
 
     def _init_files(self, source: Any, engine: str | None, columns: Sequence[str] | None, read_kwargs: dict) -> None:
+        import pyarrow as pa
+
         paths, self._fs, self.source_dir, bases = _resolve_paths(source)
         self.paths = paths
         self.engine = engine or _infer_engine(paths)
@@ -145,8 +147,6 @@ class Dataset:
         _check_same_schema(paths, [{**fields, **{k: key_fields[k] for k, _ in keys}}
                                    for fields, keys in zip(schemas, partitions)])
         names = _checked_columns([*schemas[0], *key_fields], columns, paths[0])
-        import pyarrow as pa
-
         self._arrow_schema = pa.schema([pa.field(n, schemas[0][n] if n in schemas[0] else key_fields[n]) for n in names])
         self._partition_keys = tuple(n for n in names if n in key_fields)
         self._nullable = _columns_that_may_hold_nulls(metadata, self._arrow_schema, partitions)
@@ -258,10 +258,8 @@ class Dataset:
 
         if columns is None:
             return self._arrow_schema
-        missing = [c for c in columns if c not in self._arrow_schema.names]
-        if missing:
-            raise KeyError(f"columns {missing} are not in the dataset; available: {self._arrow_schema.names}")
-        return pa.schema([self._arrow_schema.field(c) for c in columns])
+        names = _checked_columns(self._arrow_schema.names, columns, "the dataset")
+        return pa.schema([self._arrow_schema.field(c) for c in names])
 
     def _file_columns(self, columns: Sequence[str] | None) -> list[str]:
         """The columns to read from the files for ``columns`` (partition keys are not in them)."""
@@ -774,8 +772,9 @@ def _columns_that_may_hold_nulls(metadata: Sequence[Any], arrow_schema: Any, par
     candidates = {f.name for f in arrow_schema if backend.has_nullable_dtype(f.type)}
     found = {name for keys in partitions for name, value in keys if value is None and name in candidates}
     for m in metadata:
-        optional = [(j, m.schema.column(j).path) for j in range(m.num_columns)
-                    if m.schema.column(j).path in candidates and m.schema.column(j).max_definition_level > 0]
+        leaves = [m.schema.column(j) for j in range(m.num_columns)]
+        optional = [(j, leaf.path) for j, leaf in enumerate(leaves)
+                    if leaf.path in candidates and leaf.max_definition_level > 0]
         for i in range(m.num_row_groups):
             row_group = m.row_group(i)
             for j, name in optional:
