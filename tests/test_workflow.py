@@ -26,7 +26,9 @@ from tabloader.dataset import Dataset  # noqa: E402
 from tabloader.graph import ColumnSelector, Node  # noqa: E402
 from tabloader.ops.base import NotFittedError  # noqa: E402
 from tabloader.schema import ColumnSchema, Schema, Tags  # noqa: E402
-from tabloader.workflow import WORKFLOW_FILE, WORKFLOW_FORMAT_VERSION, Workflow, _qualified_name  # noqa: E402
+from tabloader.registry import UntrustedError, function_name  # noqa: E402
+from tabloader.saved_workflow import WORKFLOW_FILE, WORKFLOW_FORMAT_VERSION  # noqa: E402
+from tabloader.workflow import Workflow  # noqa: E402
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -283,8 +285,8 @@ def test_output_schema_tags_and_dtypes(frame):
 # --- save / load -------------------------------------------------------------------------------
 def fitted_workflow(frame):
     node = (["a", "b"] >> T.AddOne() >> T.Center() >> T.Scale()) + (["c", "d"] >> T.CenterFrame()) \
-        + (["b"] >> T.Apply(T.double)) - ["d"]
-    return Workflow(node + ["label"], progress=False).fit(Dataset(frame, part_size=2000))
+        + (["label"] >> T.Apply(T.double)) - ["d"]
+    return Workflow(node, progress=False).fit(Dataset(frame, part_size=2000))
 
 
 def test_save_load_gives_identical_transform(tmp_path, frame):
@@ -299,7 +301,7 @@ def test_save_load_gives_identical_transform(tmp_path, frame):
     apply_record = [r for r in doc["nodes"] if "op" in r and r["op"]["class"].endswith(":Apply")][0]
     assert apply_record["op"]["config"]["fn"] == {"__function__": "workflow_test_ops:double"}
 
-    loaded = Workflow.load(path)
+    loaded = Workflow.load(path, trusted=[T.double])
     assert loaded.is_fitted
     assert loaded.output_schema == wf.output_schema
     other = make_frame(50, seed=1)
@@ -320,9 +322,9 @@ def test_save_refuses_anonymous_lambda_and_local_function(tmp_path, frame):
         return x
 
     with pytest.raises(ValueError, match="module level"):
-        _qualified_name(local)
-    assert _qualified_name(T.double) == "workflow_test_ops:double"
-    assert _qualified_name(np.log1p) == "numpy:log1p"
+        function_name(local)
+    assert function_name(T.double) == "workflow_test_ops:double"
+    assert function_name(np.log1p) == "numpy:log1p"
 
 
 def test_save_refuses_function_of_main(tmp_path):
@@ -330,7 +332,7 @@ def test_save_refuses_function_of_main(tmp_path):
         return x
     fn.__module__, fn.__qualname__ = "__main__", "fn"
     with pytest.raises(ValueError, match="__main__"):
-        _qualified_name(fn)
+        function_name(fn)
 
 
 def test_load_incomplete_directory_errors(tmp_path, frame):
@@ -340,7 +342,7 @@ def test_load_incomplete_directory_errors(tmp_path, frame):
     state = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))[0]
     os.remove(path / state)
     with pytest.raises(FileNotFoundError, match=f"{state}.*incomplete"):
-        Workflow.load(str(path))
+        Workflow.load(str(path), trusted=[T.double])
     os.remove(path / WORKFLOW_FILE)
     with pytest.raises(FileNotFoundError, match=f"{WORKFLOW_FILE} is missing"):
         Workflow.load(str(path))
@@ -368,16 +370,27 @@ def test_load_unknown_operator_class_errors(tmp_path, frame):
     wf.save(str(path))
     text = (path / WORKFLOW_FILE).read_text().replace("workflow_test_ops:AddOne", "workflow_test_ops:Gone")
     (path / WORKFLOW_FILE).write_text(text)
-    with pytest.raises(ImportError, match="workflow_test_ops:Gone"):
+    with pytest.raises(UntrustedError, match="workflow_test_ops:Gone.*not registered"):
         Workflow.load(str(path))
 
 
 def test_save_overwrite_flag(tmp_path, frame):
     wf = Workflow(["a"] >> T.AddOne(), progress=False).fit(frame)
     wf.save(str(tmp_path / "wf"))
-    with pytest.raises(FileExistsError):
-        wf.save(str(tmp_path / "wf"), overwrite=False)
-    wf.save(str(tmp_path / "wf"))  # default overwrites
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        wf.save(str(tmp_path / "wf"))  # the default does not replace a saved workflow
+    wf.save(str(tmp_path / "wf"), overwrite=True)
+    assert Workflow.load(str(tmp_path / "wf")).is_fitted
+
+
+def test_save_onto_a_directory_that_is_not_a_workflow_needs_overwrite(tmp_path, frame):
+    wf = Workflow(["a"] >> T.AddOne(), progress=False).fit(frame)
+    precious = tmp_path / "notes"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        wf.save(str(precious))
+    assert (precious / "keep.txt").read_text() == "mine" and not (precious / WORKFLOW_FILE).exists()
 
 
 # --- distributed ------------------------------------------------------------------------------
