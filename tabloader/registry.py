@@ -143,7 +143,7 @@ def function_name(fn: Callable, where: str = "") -> str:
         >>> function_name(lambda x: x)
         Traceback (most recent call last):
         ...
-        ValueError: <lambda> cannot be saved: an anonymous lambda has no name to be loaded by. Define it at module level (def my_fn(...)) and use that.
+        ValueError: <lambda> cannot be saved: an anonymous lambda has no name to be loaded by. Define it at ...
     """
     prefix = f"{where}: " if where else ""
     reason = _unsaveable_reason(fn)

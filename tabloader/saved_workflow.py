@@ -68,16 +68,16 @@ def write(path: str, output: Node, input_schema: Schema, output_schema: Schema, 
 
 
 def _node_record(node: Node, i: int, index: dict[int, int], directory: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": i, "kind": node.kind, "parents": [index[id(p)] for p in node.parents],
-                              "columns": _columns_record(node)}
+    record: dict[str, Any] = {"id": i, "kind": node.kind, "parents": [index[id(p)] for p in node.parents]}
     if node.selector is not None:
         record["selector"] = node.selector.to_dict()
     if node.dropped:
         record["dropped"] = node.dropped
     if node.op is not None:
-        where = f"node {i} ({node.op.label})"
+        where = f"node {i} ({type(node.op).__name__})"
         record["op"] = {"class": operator_name(type(node.op)), "config": _encode_config(node.op, where),
                         "state": _save_state(node.op.get_state(), f"node{i}", directory, where)}
+    record["columns"] = _columns_record(node)
     return record
 
 

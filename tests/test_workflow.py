@@ -141,6 +141,34 @@ def test_transform_of_data_lacking_an_input_column_names_it(frame):
         wf.transform(Dataset(frame.drop(columns=["b"])))
 
 
+def test_two_branches_giving_one_column_name_raise_before_reading_data(parquet_dir, monkeypatch):
+    reads = []
+    real = backend.read_parquet_arrow
+    monkeypatch.setattr(backend, "read_parquet_arrow", lambda *a, **k: reads.append(a) or real(*a, **k))
+    ds = Dataset(parquet_dir)
+    clashes = [
+        ((["a"] >> T.AddOne()) + (["a", "b"] >> T.AddConst(2)), r'\["a"\] >> AddOne and \["a", "b"\] >> AddConst'),
+        (["a", "c"] + (["a"] >> T.AddOne()), r'\["a", "c"\] and \["a"\] >> AddOne'),  # the input vs computed
+        ((["a"] >> T.AddOne()) + ["b"] + (["a"] >> T.AddOne()), r'\(\["a"\] >> AddOne\) \+ \["b"\] and \["a"\] >> AddOne'),
+    ]
+    for graph, branches in clashes:
+        with pytest.raises(ValueError, match=f"column 'a' is produced by two branches of the graph, {branches}"):
+            Workflow(graph, progress=False).fit(ds)
+    assert reads == []
+
+
+def test_same_column_twice_unchanged_is_kept_once(frame):
+    # the same input column selected twice, or the same node's output used twice, is the same data
+    added = ["d"] >> T.AddOne()
+    graph = ["a", "b"] + ["b", "a"] + (["c"] >> T.AddOne()) + added + added - ["c"] + (["c"] + added)
+    wf = Workflow(graph, progress=False).fit(frame)
+    out = wf.transform(frame)
+    assert list(out.columns) == wf.output_schema.column_names == ["a", "b", "d", "c"]
+    for col in ["a", "b", "c"]:
+        np.testing.assert_array_equal(out[col], frame[col])
+    np.testing.assert_array_equal(out["d"], frame["d"] + 1)
+
+
 def test_same_operator_instance_twice_is_refused():
     op = T.AddOne()
     with pytest.raises(ValueError, match="twice"):
