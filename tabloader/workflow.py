@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from tabloader import backend
+from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
 from tabloader.graph import Node
 from tabloader.ops.base import NotFittedError, StatOperator
@@ -187,8 +187,6 @@ class Workflow:
         function of ``__main__``) raises ``ValueError`` saying why; so does an operator class
         that is not registered (:func:`tabloader.register_operator`).
         """
-        from tabloader import saved_workflow
-
         self._check_fitted()
         saved_workflow.write(path, self.output_node, self.input_schema_, self.output_schema_, overwrite=overwrite)
 
@@ -222,8 +220,6 @@ class Workflow:
             ...
             tabloader.registry.UntrustedError: ...function 'numpy:sqrt' is not trusted...
         """
-        from tabloader import saved_workflow
-
         if untrusted not in ("raise", "placeholder"):
             raise ValueError(f"untrusted must be 'raise' or 'placeholder', got {untrusted!r}")
         output, input_schema, output_schema = saved_workflow.read(path, trusted, untrusted == "placeholder")

@@ -149,7 +149,8 @@ def test_two_branches_giving_one_column_name_raise_before_reading_data(parquet_d
     clashes = [
         ((["a"] >> T.AddOne()) + (["a", "b"] >> T.AddConst(2)), r'\["a"\] >> AddOne and \["a", "b"\] >> AddConst'),
         (["a", "c"] + (["a"] >> T.AddOne()), r'\["a", "c"\] and \["a"\] >> AddOne'),  # the input vs computed
-        ((["a"] >> T.AddOne()) + ["b"] + (["a"] >> T.AddOne()), r'\(\["a"\] >> AddOne\) \+ \["b"\] and \["a"\] >> AddOne'),
+        ((["a"] >> T.AddOne()) + ["b"] + (["a"] >> T.AddOne()),
+         r'\(\["a"\] >> AddOne\) \+ \["b"\] and \["a"\] >> AddOne'),
     ]
     for graph, branches in clashes:
         with pytest.raises(ValueError, match=f"column 'a' is produced by two branches of the graph, {branches}"):
