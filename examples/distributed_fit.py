@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         t = time.perf_counter()
         workflow.transform(dataset).to_parquet(f"{root}/train", overwrite=True, progress=False)
         print(f"distributed transform + write: {time.perf_counter() - t:.1f} s")
-        workflow.save(f"{root}/workflow")
+        workflow.save(f"{root}/workflow", overwrite=True)
 
     # the same statistics without a cluster (mergeable statistics: the partitioning does not matter)
     local = criteo_workflow().fit(tl.Dataset(raw))

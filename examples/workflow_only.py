@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     workflow.transform(tl.Dataset(raw)).to_parquet(train, output_files=args.output_files, overwrite=True,
                                                    progress=not args.quiet)
     print(f"transformed and wrote in {time.perf_counter() - t:.1f} s")
-    workflow.save(wf_dir)
+    workflow.save(wf_dir, overwrite=True)
 
     # 4. the saved workflow reloads without pickle and applies to new data (here: a DataFrame)
     reloaded = tl.Workflow.load(wf_dir)

@@ -21,6 +21,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "Workflow": ("tabloader.workflow", "Workflow"),
     "Loader": ("tabloader.loader", "Loader"),
+    "register_operator": ("tabloader.registry", "register_operator"),
+    "UntrustedError": ("tabloader.registry", "UntrustedError"),
     "ops": ("tabloader.ops", None),
     "synthetic": ("tabloader.synthetic", None),
     "backend": ("tabloader.backend", None),

@@ -181,7 +181,6 @@ def _workflow_from_python(path: str) -> Any:
 def _workflow_from_yaml(path: str, schema: Any = None) -> Any:
     import yaml
 
-    from tabloader import ops
     from tabloader.graph import ColumnSelector, Node
     from tabloader.workflow import Workflow
 
@@ -233,7 +232,7 @@ def _workflow_from_yaml(path: str, schema: Any = None) -> Any:
         if not isinstance(op_specs, list):
             op_specs = [op_specs]
         for spec in op_specs:
-            node = node >> _make_op(spec, where, ops)
+            node = node >> _make_op(spec, where)
         outputs.append(node)
     if passthrough:
         outputs.append(Node.coerce(list(passthrough)))
@@ -243,7 +242,10 @@ def _workflow_from_yaml(path: str, schema: Any = None) -> Any:
     return Workflow(output)
 
 
-def _make_op(spec: Any, where: str, ops: Any) -> Any:
+def _make_op(spec: Any, where: str) -> Any:
+    """A registered operator (by class name, or saved name for a registered third-party one)."""
+    from tabloader.registry import UntrustedError, operator_class
+
     if isinstance(spec, str):
         name, kwargs = spec, {}
     elif isinstance(spec, dict) and len(spec) == 1:
@@ -251,10 +253,10 @@ def _make_op(spec: Any, where: str, ops: Any) -> Any:
         kwargs = kwargs or {}
     else:
         raise CommandError(f"{where}: an op is a name or a one-key mapping {{Name: {{arguments}}}}, got {spec!r}")
-    cls = getattr(ops, str(name), None)
-    if not (isinstance(cls, type) and issubclass(cls, ops.Operator)) or name in ("Operator", "StatOperator"):
-        known = sorted(n for n in ops.__all__ if n not in ("Operator", "StatOperator", "NotFittedError"))
-        raise CommandError(f"{where}: unknown operator {name!r}; known: {', '.join(known)}")
+    try:
+        cls = operator_class(str(name), where, short_names=True)
+    except UntrustedError as exc:
+        raise CommandError(str(exc)) from None
     if not isinstance(kwargs, dict):
         raise CommandError(f"{where}: the arguments of {name} must be a mapping, got {kwargs!r}")
     try:
@@ -276,7 +278,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
                            f"(columns: {dataset.schema.column_names})")
     start = time.perf_counter()
     workflow.fit(dataset, progress=not args.quiet)
-    workflow.save(args.out, overwrite=True)
+    workflow.save(args.out, overwrite=args.overwrite)
     print(f"fitted on {dataset.num_rows:,} rows of {args.data} in {time.perf_counter() - start:.1f} s; "
           f"saved to {args.out}")
     describe_schema(workflow.output_schema, "output")
@@ -307,7 +309,7 @@ def cmd_transform(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> None:
     from tabloader import Dataset
-    from tabloader.workflow import WORKFLOW_FILE
+    from tabloader.saved_workflow import WORKFLOW_FILE
 
     if os.path.isdir(args.path) and os.path.isfile(os.path.join(args.path, WORKFLOW_FILE)):
         describe_workflow(args.path)
@@ -342,13 +344,20 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def describe_workflow(path: str) -> None:
+    """Print a saved workflow's graph, schemas and statistics. Its functions are shown by name and
+    never loaded or run (the CLI trusts none); an unregistered operator class fails closed."""
     from tabloader.ops.base import StatOperator
+    from tabloader.registry import UntrustedFunction
     from tabloader.workflow import Workflow
 
-    wf = Workflow.load(path)
+    wf = Workflow.load(path, untrusted="placeholder")
     print(f"workflow {path}: {sum(n.kind == 'op' for n in wf.nodes)} operator(s), "
           f"{len(wf.input_schema_)} input column(s) -> {len(wf.output_schema)} output column(s)")
     print(f"graph: {wf.output_node.describe()}")
+    for node in wf.nodes:
+        for key, value in (node.op.get_config() if node.kind == "op" else {}).items():
+            if isinstance(value, UntrustedFunction):
+                print(f"function: {type(node.op).__name__} {key}={value.name} (not loaded: the CLI trusts no function)")
     describe_schema(wf.input_schema_, "input")
     describe_schema(wf.output_schema, "output")
     print("fitted statistics:")

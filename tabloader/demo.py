@@ -282,7 +282,7 @@ def run_demo(rows: int = 1_000_000, device: str = "auto", workdir: str | None = 
             t = time.perf_counter()
             wf = fit(paths["raw_train"], quiet)
             stage("fit", train_rows, t)
-            wf.save(paths["workflow"])
+            wf.save(paths["workflow"], overwrite=True)  # --workdir may hold a previous run's
 
             t = time.perf_counter()
             transform(wf, paths["raw_train"], paths["train"], quiet)

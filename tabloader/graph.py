@@ -138,6 +138,7 @@ class Node:
             self.output_columns = flatten_columns(self.input_columns)
             return input_schema.select_by_name(self.output_columns)
         if self.kind == "concat":
+            self._check_no_clash(parent_schemas)
             merged = Schema([c for s in parent_schemas for c in s])
             self.output_columns = merged.column_names
             return merged
@@ -152,6 +153,27 @@ class Node:
         out = self.op.compute_output_schema(context, self.input_columns)
         self.output_columns = out.column_names
         return out
+
+    def _check_no_clash(self, parent_schemas: list[Schema]) -> None:
+        """Two branches may give the same column only when both carry the same data: the input
+        column passed through unchanged, or the output of one and the same node."""
+        first: dict[str, Node] = {}
+        for parent, schema in zip(self.parents, parent_schemas):
+            for name in schema.column_names:
+                other = first.setdefault(name, parent)
+                if other is not parent and other._origin(name) is not parent._origin(name):
+                    raise ValueError(f"column {name!r} is produced by two branches of the graph, "
+                                     f"{other.describe()} and {parent.describe()}; rename it in one branch "
+                                     "(e.g. >> ops.Rename(postfix=...)) or drop it from one (- [name])")
+
+    def _origin(self, name: str) -> "Node | None":
+        """The op node that computed column ``name`` of this node's output (None: the input column)."""
+        if self.kind == "select":
+            return None
+        if self.kind == "op":
+            return self
+        holders = [p for p in self.parents if name in (p.output_columns or [])]
+        return holders[-1]._origin(name)
 
     def describe(self) -> str:
         if self.kind == "select":

@@ -16,22 +16,16 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-import json
-from typing import Any, Callable
+from typing import Any, Iterable
 
-import numpy as np
 import pandas as pd
 
-from tabloader import backend
+from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
 from tabloader.graph import Node
-from tabloader.io import atomic_directory, filesystem, join, write_text_atomic
-from tabloader.ops.base import NotFittedError, Operator, StatOperator
+from tabloader.ops.base import NotFittedError, StatOperator
 from tabloader.schema import Schema
 
-WORKFLOW_FORMAT_VERSION = 1
-WORKFLOW_FILE = "workflow.json"
 _MERGE_FAN_IN = 8
 
 
@@ -183,46 +177,54 @@ class Workflow:
         return schema
 
     # --- save / load --------------------------------------------------------------------
-    def save(self, path: str, overwrite: bool = True) -> None:
-        """Write the graph as versioned JSON and fitted states as parquet/JSON, atomically."""
+    def save(self, path: str, overwrite: bool = False) -> None:
+        """Write the graph as versioned JSON and fitted states as parquet/JSON, atomically.
+
+        An existing ``path`` raises ``FileExistsError`` unless ``overwrite=True`` (then it is
+        replaced once the new directory is complete). Functions in operators' parameters
+        are saved by name (``module:qualname``): one that could not be found again by its name
+        (a lambda, closure, ``functools.partial``, bound method, callable instance, or a
+        function of ``__main__``) raises ``ValueError`` saying why; so does an operator class
+        that is not registered (:func:`tabloader.register_operator`).
+        """
         self._check_fitted()
-        nodes = self.nodes
-        index = {id(n): i for i, n in enumerate(nodes)}
-        with atomic_directory(path, overwrite=overwrite) as tmp:
-            records = [_node_record(n, i, index, tmp) for i, n in enumerate(nodes)]
-            doc = {
-                "format_version": WORKFLOW_FORMAT_VERSION,
-                "tabloader_version": _version(),
-                "nodes": records,
-                "output": index[id(self.output_node)],
-                "input_schema": self.input_schema_.to_dict(),
-                "output_schema": self.output_schema_.to_dict(),
-            }
-            write_text_atomic(join(tmp, WORKFLOW_FILE), json.dumps(doc, indent=2, default=_json_default))
+        saved_workflow.write(path, self.output_node, self.input_schema_, self.output_schema_, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path: str) -> "Workflow":
-        """Read a workflow written by :meth:`save` (no pickle is ever read)."""
-        fs, root = filesystem(path)
-        doc_path = join(root, WORKFLOW_FILE)
-        if not fs.exists(doc_path):
-            raise FileNotFoundError(f"{path} is not a saved workflow: {WORKFLOW_FILE} is missing")
-        with fs.open(doc_path, "r") as f:
-            try:
-                doc = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{doc_path} is not valid JSON ({exc}); the workflow directory is damaged") from exc
-        version = doc.get("format_version")
-        if not isinstance(version, int) or version > WORKFLOW_FORMAT_VERSION:
-            raise ValueError(f"{doc_path} has format version {version!r}; this tabloader reads versions up to "
-                             f"{WORKFLOW_FORMAT_VERSION}: upgrade tabloader (written by {doc.get('tabloader_version')})")
-        nodes: list[Node] = []
-        for record in doc["nodes"]:
-            nodes.append(_node_from_record(record, nodes, fs, root))
-        wf = cls(nodes[doc["output"]])
-        wf.input_schema_ = Schema.from_dict(doc["input_schema"])
-        wf.output_schema_ = Schema.from_dict(doc["output_schema"])
-        wf.output_node.resolve(wf.input_schema_)
+    def load(cls, path: str, trusted: Iterable[Any] = (), untrusted: str = "raise") -> "Workflow":
+        """Read a workflow written by :meth:`save`. Nothing is unpickled, imported or called.
+
+        Operator classes must be registered (the built-ins are; see
+        :func:`tabloader.register_operator`). A function the workflow uses (``LambdaOp``,
+        ``Filter``, ``Rename(f=...)``) is loaded only if ``trusted`` holds it: pass the
+        function objects, or modules meaning "the functions defined in this module".
+
+        Args:
+            path: the directory :meth:`save` wrote.
+            trusted: the functions (and modules of functions) the workflow may use.
+            untrusted: ``"raise"`` (default): a function not in ``trusted`` raises
+                :class:`tabloader.UntrustedError` naming it, the operator and how to trust it.
+                ``"placeholder"``: it is replaced by a stand-in that raises when called, so the
+                workflow can be inspected (graph, schemas, statistics) but not run.
+
+        Example:
+            >>> import os, tempfile, numpy as np, pandas as pd, tabloader as tl
+            >>> from tabloader import ops
+            >>> frame = pd.DataFrame({"x": [1.0, 4.0]})
+            >>> path = os.path.join(tempfile.mkdtemp(), "wf")
+            >>> tl.Workflow(["x"] >> ops.LambdaOp(np.sqrt), progress=False).fit(frame).save(path)
+            >>> tl.Workflow.load(path, trusted=[np.sqrt]).transform(frame)["x"].tolist()
+            [1.0, 2.0]
+            >>> tl.Workflow.load(path)
+            Traceback (most recent call last):
+            ...
+            tabloader.registry.UntrustedError: ...function 'numpy:sqrt' is not trusted...
+        """
+        if untrusted not in ("raise", "placeholder"):
+            raise ValueError(f"untrusted must be 'raise' or 'placeholder', got {untrusted!r}")
+        output, input_schema, output_schema = saved_workflow.read(path, trusted, untrusted == "placeholder")
+        wf = cls(output)
+        wf.input_schema_, wf.output_schema_ = input_schema, output_schema
         return wf
 
 
@@ -237,7 +239,8 @@ def _evaluate(node: Node, frame: Any, memo: dict[int, Any]) -> Any:
         pieces = [_evaluate(p, frame, memo) for p in node.parents]
         # An inner join on the index: rows that a filter dropped in one branch go from all.
         out = backend.concat(pieces, axis=1, join="inner")
-        out = out.loc[:, ~out.columns.duplicated(keep="last")]
+        # Resolution allows a repeated column only when both copies hold the same data (Node._check_no_clash).
+        out = out.loc[:, ~out.columns.duplicated(keep="first")]
     elif node.kind == "drop":
         out = _evaluate(node.parents[0], frame, memo)[node.output_columns]
     else:
@@ -277,137 +280,6 @@ class _MergeStats:
         return result
 
 
-# --- serialization helpers ----------------------------------------------------------------
-def _node_record(node: Node, i: int, index: dict[int, int], directory: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": i, "kind": node.kind, "parents": [index[id(p)] for p in node.parents]}
-    if node.selector is not None:
-        record["selector"] = node.selector.to_dict()
-    if node.dropped:
-        record["dropped"] = node.dropped
-    if node.op is not None:
-        record["op"] = {"class": _qualified_name(type(node.op)), "config": _encode_config(node.op),
-                        "state": _save_state(node.op.get_state(), f"node{i}", directory)}
-    return record
-
-
-def _node_from_record(record: dict[str, Any], nodes: list[Node], fs: Any, root: str) -> Node:
-    from tabloader.graph import ColumnSelector
-
-    parents = [nodes[p] for p in record["parents"]]
-    op = None
-    if "op" in record:
-        cls = import_qualified(record["op"]["class"])
-        if not (isinstance(cls, type) and issubclass(cls, Operator)):
-            raise TypeError(f"{record['op']['class']} is not a tabloader operator")
-        op = cls.from_config(_decode_config(record["op"]["config"]))
-        op.set_state(_load_state(record["op"]["state"], fs, root))
-    selector = ColumnSelector.from_dict(record["selector"]) if "selector" in record else None
-    return Node(record["kind"], parents, op=op, selector=selector, dropped=record.get("dropped", ()))
-
-
-def _qualified_name(obj: Any) -> str:
-    qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", ""))
-    module = getattr(obj, "__module__", None)
-    if not module or "<lambda>" in qualname or "<locals>" in qualname:
-        raise ValueError(f"{obj!r} cannot be saved: an anonymous lambda or a function defined inside another "
-                         "function has no importable name. Define it at module level (def my_fn(...)) and use that.")
-    if module == "__main__":
-        raise ValueError(f"{qualname} is defined in __main__, which another process cannot import; "
-                         "move it into an importable module")
-    return f"{module}:{qualname}"
-
-
-def import_qualified(name: str) -> Any:
-    """Import ``module:qualname`` (the form in which functions and operator classes are saved)."""
-    module_name, _, qualname = name.partition(":")
-    try:
-        obj = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ImportError(f"cannot import {name!r} while loading a workflow: {exc}") from exc
-    return obj
-
-
-def _encode_config(op: Operator) -> dict[str, Any]:
-    config = {}
-    for key, value in op.get_config().items():
-        config[key] = {"__function__": _qualified_name(value)} if callable(value) and not isinstance(value, type) else value
-    json.dumps(config, default=_json_default)  # fail at save time, naming the op, not later
-    return config
-
-
-def _decode_config(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: import_qualified(v["__function__"]) if isinstance(v, dict) and "__function__" in v else v
-            for k, v in config.items()}
-
-
-def _save_state(state: dict[str, Any], prefix: str, directory: str) -> dict[str, Any]:
-    saved: dict[str, Any] = {}
-    for key, value in state.items():
-        if isinstance(value, (pd.DataFrame, pd.Series, np.ndarray)) or backend.is_gpu_object(value):
-            name = f"{prefix}_{key}.parquet"
-            # index=None: a meaningful index (a Series keyed by category, say) is kept; a RangeIndex is not stored
-            _table_of(value).to_parquet(join(directory, name), index=None)
-            saved[key] = {"__parquet__": name, "kind": _kind_of(value)}
-        else:
-            saved[key] = {"__json__": value}
-    return saved
-
-
-def _load_state(saved: dict[str, Any], fs: Any, root: str) -> dict[str, Any]:
-    state = {}
-    for key, entry in saved.items():
-        if "__json__" in entry:
-            state[key] = entry["__json__"]
-            continue
-        path = join(root, entry["__parquet__"])
-        if not fs.exists(path):
-            raise FileNotFoundError(f"{path} is missing: the saved workflow directory is incomplete")
-        with fs.open(path, "rb") as f:
-            frame = pd.read_parquet(f)
-        if entry["kind"] == "series":
-            state[key] = frame.set_index("index")["values"].rename_axis(None)
-        else:
-            state[key] = frame if entry["kind"] == "frame" else frame["values"].to_numpy()
-    return state
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, np.ndarray) or type(value).__name__ == "ndarray":
-        return "array"
-    return "series" if value.ndim == 1 else "frame"
-
-
-def _table_of(value: Any) -> pd.DataFrame:
-    value = backend.to_host(value) if backend.is_gpu_object(value) else value
-    if isinstance(value, np.ndarray) or type(value).__name__ == "ndarray":
-        return pd.DataFrame({"values": np.asarray(value.get() if hasattr(value, "get") else value)})
-    if isinstance(value, pd.Series):  # the index is kept: Series are often keyed by column name
-        return pd.DataFrame({"index": value.index, "values": value.to_numpy()})
-    return value  # DataFrames are saved without their index
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"value {value!r} of type {type(value).__name__} cannot be saved as JSON")
-
-
-def _version() -> str:
-    from tabloader import __version__
-
-    return __version__
-
-
 def _as_dataset(data: Any) -> Dataset:
     return data if isinstance(data, Dataset) else Dataset(data)
 
-
-# Re-exported for operator authors: a helper to call a saved function by name.
-def resolve_callable(fn: Callable | str) -> Callable:
-    return import_qualified(fn) if isinstance(fn, str) else fn

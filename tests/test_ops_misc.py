@@ -1,12 +1,13 @@
 """Column, row, lambda, lag and list operators: LambdaOp, Rename, AddTags, AddProperties,
 ReduceDtypeSize, Filter, Dropna, DifferenceLag, ValueCount, ListSlice.
 
-Functions used by saved workflows are defined at module level here: this module is importable
-by its name (``test_ops_misc``) because pytest puts ``tests/`` on ``sys.path``.
+Functions used by saved workflows are defined at module level here, so they are saved by name
+(``test_ops_misc:times_ten``) and a loaded workflow gets them from ``trusted=[this module]``.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -22,7 +23,8 @@ from tabloader.ops.lambdaop import LambdaOp
 from tabloader.ops.lists import ListSlice, ValueCount
 from tabloader.ops.rows import Dropna, Filter
 from tabloader.schema import ColumnSchema, Schema, Tags
-from tabloader.workflow import Workflow, import_qualified
+from tabloader.registry import function_name
+from tabloader.workflow import Workflow
 
 N = 400
 
@@ -101,7 +103,7 @@ def many_parts(df: pd.DataFrame) -> Dataset:
 def save_load(wf: Workflow, tmp_path) -> Workflow:
     path = str(tmp_path / "wf")
     wf.save(path)
-    return Workflow.load(path)
+    return Workflow.load(path, trusted=[sys.modules[__name__]])  # this module's functions
 
 
 def assert_identical(left: pd.DataFrame, right: pd.DataFrame) -> None:
@@ -109,8 +111,8 @@ def assert_identical(left: pd.DataFrame, right: pd.DataFrame) -> None:
 
 
 # --- LambdaOp ---------------------------------------------------------------------------------
-def test_this_module_is_importable_by_name():
-    assert import_qualified("test_ops_misc:times_ten") is times_ten
+def test_this_module_functions_are_saved_by_name():
+    assert function_name(times_ten) == "test_ops_misc:times_ten"
 
 
 def test_lambdaop_applies_function_dtype_tags_and_round_trips(frame, tmp_path):

@@ -26,7 +26,9 @@ from tabloader.dataset import Dataset  # noqa: E402
 from tabloader.graph import ColumnSelector, Node  # noqa: E402
 from tabloader.ops.base import NotFittedError  # noqa: E402
 from tabloader.schema import ColumnSchema, Schema, Tags  # noqa: E402
-from tabloader.workflow import WORKFLOW_FILE, WORKFLOW_FORMAT_VERSION, Workflow, _qualified_name  # noqa: E402
+from tabloader.registry import UntrustedError, function_name  # noqa: E402
+from tabloader.saved_workflow import WORKFLOW_FILE, WORKFLOW_FORMAT_VERSION  # noqa: E402
+from tabloader.workflow import Workflow  # noqa: E402
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -137,6 +139,35 @@ def test_transform_of_data_lacking_an_input_column_names_it(frame):
     wf = Workflow(["a", "b"] >> T.AddOne(), progress=False).fit(frame)
     with pytest.raises(KeyError, match="'b'.*available"):
         wf.transform(Dataset(frame.drop(columns=["b"])))
+
+
+def test_two_branches_giving_one_column_name_raise_before_reading_data(parquet_dir, monkeypatch):
+    reads = []
+    real = backend.read_parquet_arrow
+    monkeypatch.setattr(backend, "read_parquet_arrow", lambda *a, **k: reads.append(a) or real(*a, **k))
+    ds = Dataset(parquet_dir)
+    clashes = [
+        ((["a"] >> T.AddOne()) + (["a", "b"] >> T.AddConst(2)), r'\["a"\] >> AddOne and \["a", "b"\] >> AddConst'),
+        (["a", "c"] + (["a"] >> T.AddOne()), r'\["a", "c"\] and \["a"\] >> AddOne'),  # the input vs computed
+        ((["a"] >> T.AddOne()) + ["b"] + (["a"] >> T.AddOne()),
+         r'\(\["a"\] >> AddOne\) \+ \["b"\] and \["a"\] >> AddOne'),
+    ]
+    for graph, branches in clashes:
+        with pytest.raises(ValueError, match=f"column 'a' is produced by two branches of the graph, {branches}"):
+            Workflow(graph, progress=False).fit(ds)
+    assert reads == []
+
+
+def test_same_column_twice_unchanged_is_kept_once(frame):
+    # the same input column selected twice, or the same node's output used twice, is the same data
+    added = ["d"] >> T.AddOne()
+    graph = ["a", "b"] + ["b", "a"] + (["c"] >> T.AddOne()) + added + added - ["c"] + (["c"] + added)
+    wf = Workflow(graph, progress=False).fit(frame)
+    out = wf.transform(frame)
+    assert list(out.columns) == wf.output_schema.column_names == ["a", "b", "d", "c"]
+    for col in ["a", "b", "c"]:
+        np.testing.assert_array_equal(out[col], frame[col])
+    np.testing.assert_array_equal(out["d"], frame["d"] + 1)
 
 
 def test_same_operator_instance_twice_is_refused():
@@ -283,8 +314,8 @@ def test_output_schema_tags_and_dtypes(frame):
 # --- save / load -------------------------------------------------------------------------------
 def fitted_workflow(frame):
     node = (["a", "b"] >> T.AddOne() >> T.Center() >> T.Scale()) + (["c", "d"] >> T.CenterFrame()) \
-        + (["b"] >> T.Apply(T.double)) - ["d"]
-    return Workflow(node + ["label"], progress=False).fit(Dataset(frame, part_size=2000))
+        + (["label"] >> T.Apply(T.double)) - ["d"]
+    return Workflow(node, progress=False).fit(Dataset(frame, part_size=2000))
 
 
 def test_save_load_gives_identical_transform(tmp_path, frame):
@@ -299,7 +330,7 @@ def test_save_load_gives_identical_transform(tmp_path, frame):
     apply_record = [r for r in doc["nodes"] if "op" in r and r["op"]["class"].endswith(":Apply")][0]
     assert apply_record["op"]["config"]["fn"] == {"__function__": "workflow_test_ops:double"}
 
-    loaded = Workflow.load(path)
+    loaded = Workflow.load(path, trusted=[T.double])
     assert loaded.is_fitted
     assert loaded.output_schema == wf.output_schema
     other = make_frame(50, seed=1)
@@ -320,9 +351,9 @@ def test_save_refuses_anonymous_lambda_and_local_function(tmp_path, frame):
         return x
 
     with pytest.raises(ValueError, match="module level"):
-        _qualified_name(local)
-    assert _qualified_name(T.double) == "workflow_test_ops:double"
-    assert _qualified_name(np.log1p) == "numpy:log1p"
+        function_name(local)
+    assert function_name(T.double) == "workflow_test_ops:double"
+    assert function_name(np.log1p) == "numpy:log1p"
 
 
 def test_save_refuses_function_of_main(tmp_path):
@@ -330,7 +361,7 @@ def test_save_refuses_function_of_main(tmp_path):
         return x
     fn.__module__, fn.__qualname__ = "__main__", "fn"
     with pytest.raises(ValueError, match="__main__"):
-        _qualified_name(fn)
+        function_name(fn)
 
 
 def test_load_incomplete_directory_errors(tmp_path, frame):
@@ -340,7 +371,7 @@ def test_load_incomplete_directory_errors(tmp_path, frame):
     state = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))[0]
     os.remove(path / state)
     with pytest.raises(FileNotFoundError, match=f"{state}.*incomplete"):
-        Workflow.load(str(path))
+        Workflow.load(str(path), trusted=[T.double])
     os.remove(path / WORKFLOW_FILE)
     with pytest.raises(FileNotFoundError, match=f"{WORKFLOW_FILE} is missing"):
         Workflow.load(str(path))
@@ -368,16 +399,27 @@ def test_load_unknown_operator_class_errors(tmp_path, frame):
     wf.save(str(path))
     text = (path / WORKFLOW_FILE).read_text().replace("workflow_test_ops:AddOne", "workflow_test_ops:Gone")
     (path / WORKFLOW_FILE).write_text(text)
-    with pytest.raises(ImportError, match="workflow_test_ops:Gone"):
+    with pytest.raises(UntrustedError, match="workflow_test_ops:Gone.*not registered"):
         Workflow.load(str(path))
 
 
 def test_save_overwrite_flag(tmp_path, frame):
     wf = Workflow(["a"] >> T.AddOne(), progress=False).fit(frame)
     wf.save(str(tmp_path / "wf"))
-    with pytest.raises(FileExistsError):
-        wf.save(str(tmp_path / "wf"), overwrite=False)
-    wf.save(str(tmp_path / "wf"))  # default overwrites
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        wf.save(str(tmp_path / "wf"))  # the default does not replace a saved workflow
+    wf.save(str(tmp_path / "wf"), overwrite=True)
+    assert Workflow.load(str(tmp_path / "wf")).is_fitted
+
+
+def test_save_onto_a_directory_that_is_not_a_workflow_needs_overwrite(tmp_path, frame):
+    wf = Workflow(["a"] >> T.AddOne(), progress=False).fit(frame)
+    precious = tmp_path / "notes"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        wf.save(str(precious))
+    assert (precious / "keep.txt").read_text() == "mine" and not (precious / WORKFLOW_FILE).exists()
 
 
 # --- distributed ------------------------------------------------------------------------------

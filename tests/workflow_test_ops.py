@@ -3,7 +3,8 @@
 They do not depend on the concrete operators of :mod:`tabloader.ops`, so the engine can be
 tested on its own. The module is importable by name (``workflow_test_ops``: pytest puts
 ``tests/`` on ``sys.path``, and spawned Dask worker processes inherit it), so workflows built
-from these ops can be saved, loaded and shipped to worker processes.
+from these ops can be shipped to worker processes; the operators are registered
+(``@register_operator``), so workflows built from them can be saved and loaded.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 from tabloader.ops.base import Operator, StatOperator, flatten_columns
+from tabloader.registry import register_operator
 from tabloader.schema import Tags
 
 
+@register_operator
 class AddOne(Operator):
     """``x + 1`` for every selected column."""
 
@@ -24,6 +27,7 @@ class AddOne(Operator):
         return frame[flatten_columns(columns)] + 1
 
 
+@register_operator
 class AddConst(Operator):
     """``x + value``; its output columns are tagged ``continuous``."""
 
@@ -36,6 +40,7 @@ class AddConst(Operator):
         return frame[flatten_columns(columns)] + self.value
 
 
+@register_operator
 class Apply(Operator):
     """``fn(x)`` for every selected column; ``fn`` is a function (saved as ``module:qualname``)."""
 
@@ -48,10 +53,11 @@ class Apply(Operator):
 
 
 def double(x):
-    """A named module-level function (importable as ``workflow_test_ops:double``)."""
+    """A named module-level function (saved as ``workflow_test_ops:double``)."""
     return x * 2
 
 
+@register_operator
 class Center(StatOperator):
     """``x - mean(x)`` in float64; the mean is fit as (sum, count) partials, state saved as parquet."""
 
@@ -82,6 +88,7 @@ class Center(StatOperator):
             self.means_ = state["means"]  # a Series indexed by column name
 
 
+@register_operator
 class CenterFrame(Center):
     """Like :class:`Center` but keeps the column names in the saved state (a two-column frame)."""
 
@@ -98,6 +105,7 @@ class CenterFrame(Center):
             assert state["n_columns"] == len(self.means_)
 
 
+@register_operator
 class Scale(StatOperator):
     """``x / sqrt(mean(x**2))`` (RMS scaling), fit from (sum of squares, count) partials."""
 
@@ -125,6 +133,7 @@ class Scale(StatOperator):
             self.rms_ = dict(state["rms"])
 
 
+@register_operator
 class CountRows(StatOperator):
     """Passes columns through; learns the number of rows seen (partials may come from empty partitions)."""
 
@@ -148,6 +157,7 @@ class CountRows(StatOperator):
         self.rows_ = state["rows"]
 
 
+@register_operator
 class DropOdd(Operator):
     """Keeps the rows whose first selected column is even (a filter: it drops rows)."""
 

@@ -20,7 +20,8 @@ class Rename(Operator):
     Exactly one of the arguments is given. Data, tags and properties are unchanged.
 
     Args:
-        f: a function old name -> new name (saved as ``module:qualname``: no lambdas).
+        f: a module-level function old name -> new name (saved as ``module:qualname``: no
+            lambdas; ``Workflow.load(path, trusted=[f])`` supplies it when loading).
         postfix: a string appended to every name.
         name: the new name of the single selected column.
 

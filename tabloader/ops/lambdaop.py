@@ -1,8 +1,9 @@
 """LambdaOp: a user function applied to every selected column.
 
-The function is saved with the workflow as ``module:qualname``, so it must be a named
-module-level function (or any importable callable): ``Workflow.save`` refuses an anonymous
-``lambda`` or a function defined inside another function, with a message saying so.
+The function is saved with the workflow by name, ``module:qualname``, so it must be a named
+module-level function: ``Workflow.save`` refuses a lambda, a closure, a ``functools.partial``,
+a bound method, a callable instance or a function of ``__main__``, saying why. Loading never
+imports it: ``Workflow.load(path, trusted=[f])`` (or ``trusted=[its_module]``) supplies it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ class LambdaOp(Operator):
     Output columns keep their names, tags and properties.
 
     Args:
-        f: a function of one column (a pandas or cuDF Series) returning a Series or array of
-            the same length, or of ``(column, dependency_frame)`` when ``dependency`` is given.
+        f: a module-level function of one column (a pandas or cuDF Series) returning a Series
+            or array of the same length, or of ``(column, dependency_frame)`` when
+            ``dependency`` is given. A loaded workflow gets it from ``Workflow.load(trusted=...)``.
         dependency: a column name or list of names passed to ``f`` as a DataFrame
             (read from the input data when the selection does not hold them).
         label: the name shown for the operator (default: ``f``'s name).

@@ -17,7 +17,8 @@ class Filter(Operator):
 
     ``f`` receives the selected columns as a DataFrame and returns a boolean mask (a Series
     on the same index, or an array) with one entry per row. It is saved with the workflow as
-    ``module:qualname``: use a named module-level function, not a lambda.
+    ``module:qualname``: use a named module-level function, not a lambda, and pass it to
+    ``Workflow.load(path, trusted=[f])`` when loading (load never imports a function by name).
 
     Example:
         >>> import pandas as pd
