@@ -13,29 +13,34 @@ from __future__ import annotations
 import re
 from typing import Container, Iterable
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+IDENTIFIER_UNSAFE = r"[^A-Za-z0-9_]"
 
 
-def internal_names(names: Iterable[str], reserved: Container[str] = ()) -> dict[str, str]:
-    """``{name: internal name}``: unique names of ``[A-Za-z0-9_]``, none of them in ``reserved``.
+def internal_names(names: Iterable[str], reserved: Container[str] = (),
+                   unsafe: str = IDENTIFIER_UNSAFE) -> dict[str, str]:
+    """``{name: internal name}``: unique names without a character matching the regular expression
+    ``unsafe`` (by default: only letters, digits and ``_``), none of them in ``reserved``.
 
-    A name made of those characters already keeps itself (so the weights of ordinary column
-    names keep their names in checkpoints). Others get every other character replaced by
-    ``_``, and a ``_1``, ``_2``... suffix where that collides with another name.
+    A name without such characters keeps itself (so the weights of ordinary column names keep
+    their names in checkpoints). Others get those characters replaced by ``_``, and a ``_1``,
+    ``_2``... suffix where that collides with another name.
 
     Example:
         >>> internal_names(["a b", "a_b", "x.y", "type"], reserved={"type"})
         {'a b': 'a_b_1', 'a_b': 'a_b', 'x.y': 'x_y', 'type': 'type_1'}
+        >>> internal_names(["a b", "x/y"], unsafe="/")
+        {'a b': 'a b', 'x/y': 'x_y'}
     """
     names = list(names)
-    kept = {n for n in names if not _UNSAFE.search(n) and n and n not in reserved}
+    pattern = re.compile(unsafe)
+    kept = {n for n in names if not pattern.search(n) and n and n not in reserved}
     used = set(kept)
     out: dict[str, str] = {}
     for name in names:
         if name in kept:
             out[name] = name
             continue
-        base = _UNSAFE.sub("_", name) or "_"
+        base = pattern.sub("_", name) or "_"
         candidate, suffix = base, 1
         while candidate in used or candidate in reserved:
             candidate, suffix = f"{base}_{suffix}", suffix + 1
