@@ -227,6 +227,16 @@ def test_multiple_targets_and_no_target(data):
     assert len(batch) == 1 and list(batch[0]) == ["I1"]
 
 
+def test_bad_arguments_and_random_seed(data):
+    with pytest.raises(ValueError, match="global_size must be an integer >= 1, got 0"):
+        KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=4096, global_size=0)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got -1"):
+        to_tf_dataset(tl.Dataset(data["train"]), batch_size=-1)
+    seq = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=6000, seed=None, categorical=["row_id"],
+                              continuous=[], target="label")  # None: a random seed
+    np.testing.assert_array_equal(np.sort(_ids(seq[i] for i in range(len(seq)))), np.arange(24_000))
+
+
 # --- Keras --------------------------------------------------------------------------------------
 class CountRows(keras.layers.Layer):
     """Counts, in training, how often each row id passes (a side effect on a variable)."""

@@ -141,7 +141,7 @@ def batch_to_tf(features: Mapping[str, Any], target: Any = None, ragged: bool = 
     return out, to_tf_tensor(target, stats)
 
 
-def _make_loader(data: Any, batch_size: int | None, shuffle: bool, seed: int, device: str,
+def _make_loader(data: Any, batch_size: int | None, shuffle: bool, seed: int | None, device: str,
                  loader_kwargs: dict) -> Any:
     from tabloader.loader import Loader
 
@@ -208,7 +208,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         (3, [4, 4, 2])
     """
 
-    def __init__(self, data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+    def __init__(self, data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int | None = 0,
                  device: str = "cpu", ragged: bool = True, workers: int = 1, use_multiprocessing: bool = False,
                  max_queue_size: int = 10, **loader_kwargs: Any) -> None:
         if use_multiprocessing:
@@ -347,7 +347,7 @@ def _output_signature(loader: Any, ragged: bool = True) -> tuple:
     return features, tf.TensorSpec(shape, dtype)
 
 
-def to_tf_dataset(data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+def to_tf_dataset(data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int | None = 0,
                   device: str = "cpu", ragged: bool = True, prefetch: int | None = tf.data.AUTOTUNE,
                   stats: ConversionStats | None = None, **loader_kwargs: Any) -> tf.data.Dataset:
     """The loader's batches as a ``tf.data.Dataset`` of ``(features, target)`` (or ``(features,)``).
