@@ -232,6 +232,9 @@ def test_bad_arguments_and_random_seed(data):
         KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=4096, global_size=0)
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got -1"):
         to_tf_dataset(tl.Dataset(data["train"]), batch_size=-1)
+    # Keras's multi-worker enqueuer redraws the batch order each Keras epoch: mixes loader epochs
+    with pytest.raises(ValueError, match="workers must be 0 or 1, got 2"):
+        KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=4096, workers=2)
     seq = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=6000, seed=None, categorical=["row_id"],
                               continuous=[], target="label")  # None: a random seed
     np.testing.assert_array_equal(np.sort(_ids(seq[i] for i in range(len(seq)))), np.arange(24_000))

@@ -168,8 +168,11 @@ class KerasSequenceLoader(keras.utils.PyDataset):
             ``batch_size`` checked when ``data`` is a Loader).
         ragged: list columns as ``tf.RaggedTensor`` (default) or ``(values, offsets)`` tensors.
         workers, use_multiprocessing, max_queue_size: ``keras.utils.PyDataset`` arguments. The
-            loader already reads and shuffles on its own background thread, so the default
-            ``workers=1`` is the fast choice; ``use_multiprocessing`` is not supported.
+            loader already reads and shuffles on its own background thread and serves batches
+            in stream order, so ``workers`` is 0 or 1 (more threads would only wait on each
+            other, and Keras's multi-worker enqueuer draws a new batch order at every Keras
+            epoch, which mixes two loader epochs under ``steps_per_epoch``);
+            ``use_multiprocessing`` is not supported.
         **loader_kwargs: ``categorical``, ``continuous``, ``target``, ``drop_last``,
             ``buffer_size``, ``global_rank``, ``global_size``... passed to the Loader.
 
@@ -214,6 +217,10 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         if use_multiprocessing:
             raise ValueError("KerasSequenceLoader does not support use_multiprocessing=True: the loader reads "
                              "and shuffles on its own background thread (workers=1 is the fast choice)")
+        if workers not in (0, 1) or isinstance(workers, bool):
+            raise ValueError(f"workers must be 0 or 1, got {workers!r}: the loader reads and shuffles on its own "
+                             "background thread and serves batches in stream order, and Keras's multi-worker "
+                             "enqueuer would redraw the batch order at every Keras epoch")
         super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=max_queue_size)
         self.loader = _make_loader(data, batch_size, shuffle, seed, device, loader_kwargs)
         self.ragged = ragged
