@@ -194,5 +194,5 @@ def test_any_column_name_builds_trains_and_restores(tmp_path):
     fresh.load_weights(str(tmp_path / "w.weights.h5"))
     np.testing.assert_allclose(fresh.predict(x, verbose=0), want, rtol=1e-6)
     model.save(str(tmp_path / "m.keras"))
-    np.testing.assert_allclose(keras.models.load_model(str(tmp_path / "m.keras")).predict(x, verbose=0), want,
-                               rtol=1e-6)
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"), compile=False)  # the weights, not Adam's state
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), want, rtol=1e-6)
