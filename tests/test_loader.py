@@ -343,6 +343,70 @@ def test_unknown_column_and_bad_rank(data):
         Loader(tl.Dataset(data), 2, global_rank=2, global_size=2)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"global_size": 0}, r"global_size must be an integer >= 1, got 0"),
+    ({"global_size": 2.5}, r"global_size must be an integer >= 1, got 2.5"),
+    ({"global_rank": -1, "global_size": 2}, r"global_rank must be an integer >= 0, got -1"),
+    ({"global_rank": 1}, r"global_rank must be below global_size=1 \(not given\), got global_rank=1"),
+    ({"seed": -1}, r"seed must be an integer >= 0, got -1"),
+    ({"seed": 1.5}, r"seed must be an integer >= 0, got 1.5"),
+    ({"seed": None, "global_rank": 0, "global_size": 2}, r"seed=None .* global_size=2 ranks"),
+    ({"shuffle": "no"}, r"shuffle must be True or False, got 'no'"),
+    ({"drop_last": 1}, r"drop_last must be True or False, got 1"),
+    ({"parts_per_chunk": 1.5}, r"parts_per_chunk must be an integer >= 1, got 1.5"),
+])
+def test_bad_arguments_name_the_argument(data, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Loader(tl.Dataset(data), 2, **kwargs)
+
+
+def test_seed_none_draws_a_seed_that_resumes(data):
+    """seed=None: a random seed per loader, recorded so that a resumed run reads the same epoch."""
+    a, b = Loader(tl.Dataset(data), 50, seed=None), Loader(tl.Dataset(data), 50, seed=None)
+    assert a.seed != b.seed  # 32-bit draws: equal once in four billion
+    assert sorted(np.concatenate(epoch_ids(a)).tolist()) == list(range(400))
+    it = iter(a)  # epoch 1
+    head = [np.asarray(next(it)[0]["id"]) for _ in range(3)]
+    state = a.state_dict()
+    a.close()
+    assert state["seed"] == a.seed
+    b.load_state_dict(state)
+    same = Loader(tl.Dataset(data), 50, seed=a.seed)  # the drawn seed, given explicitly
+    epoch_ids(same)
+    want = epoch_ids(same)
+    for got, expect in zip(head + epoch_ids(b), want):
+        np.testing.assert_array_equal(got, expect)
+    unshuffled_ranks = Loader(tl.Dataset(data), 50, shuffle=False, seed=None, global_rank=1, global_size=2)
+    assert np.concatenate(epoch_ids(unshuffled_ranks)).tolist() == list(range(200, 400))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"rows": -4}, r"state\['rows'\] must be an integer >= 0, got -4"),
+    ({"rows": 401}, r"state\['rows'\]=401 is more than the 400 rows"),
+    ({"rows": "4"}, r"state\['rows'\] must be an integer >= 0, got '4'"),
+    ({"epoch": -1}, r"state\['epoch'\] must be an integer >= 0, got -1"),
+    ({"epoch": 1.0}, r"state\['epoch'\] must be an integer >= 0, got 1.0"),
+    ({"seed": None}, r"state\['seed'\] must be an integer >= 0, got None"),
+    ({"rows": None}, r"state\['rows'\] must be an integer"),
+])
+def test_load_state_dict_refuses_bad_values(data, change, match):
+    loader = Loader(tl.Dataset(data), 10)
+    with pytest.raises(ValueError, match=match):
+        loader.load_state_dict({**loader.state_dict(), **change})
+    loader.load_state_dict({**loader.state_dict(), "rows": 400})  # the epoch fully read: allowed, and empty
+    assert list(loader) == [] and len(list(loader)) == 40
+
+
+def test_load_state_dict_refuses_missing_keys_and_non_dicts(data):
+    loader = Loader(tl.Dataset(data), 10)
+    state = loader.state_dict()
+    del state["rows"]
+    with pytest.raises(ValueError, match=r"missing the key\(s\) \['rows'\]"):
+        loader.load_state_dict(state)
+    with pytest.raises(ValueError, match="state must be a dict returned by state_dict"):
+        loader.load_state_dict([("epoch", 0), ("rows", 0)])
+
+
 def test_close_mid_epoch_stops_thread_and_next_epoch_starts(data):
     loader = Loader(tl.Dataset(data, part_size=100 * ROW_BYTES), 10, parts_per_chunk=1)
     it = iter(loader)

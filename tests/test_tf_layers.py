@@ -144,3 +144,55 @@ def test_functional_model_with_ragged_input_fits_and_round_trips(tmp_path):
     model.save(path)
     loaded = keras.models.load_model(path)  # registered: no custom_objects needed
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+
+
+ODD = ["a b", "a_b", "x/y", "p.q"]  # "a b" and "a_b" clean to the same Keras name
+
+
+def odd_schema():
+    return Schema([ColumnSchema(n, "int64", {Tags.CATEGORICAL}, {"cardinality": 11 + i}) for i, n in enumerate(ODD)]
+                  + [ColumnSchema("g s/1", "int64", {Tags.CATEGORICAL, Tags.LIST}, {"cardinality": 9}, is_list=True),
+                     ColumnSchema("v/x", "float32", {Tags.CONTINUOUS})])
+
+
+def odd_model(s):
+    inputs = inputs_from_schema(s)
+    h = keras.layers.Concatenate()([EmbeddingFeatures.from_schema(s, dim=3)(inputs),
+                                    MultiHotEmbeddings.from_schema(s, dim=2)(inputs),
+                                    keras.ops.expand_dims(inputs["v/x"], -1)])
+    model = keras.Model(inputs, keras.layers.Dense(1)(h))
+    model.compile(keras.optimizers.Adam(0.05), "mse")  # Adam names its slots after the weights
+    return model
+
+
+@pytest.mark.slow
+def test_any_column_name_builds_trains_and_restores(tmp_path):
+    """Spaces, '/' and '.' in column names: the user's names outside, clean unique names inside."""
+    layer = EmbeddingFeatures({n: (11 + i, 3) for i, n in enumerate(ODD)}, combiner=None)
+    ids = {n: np.arange(5) % (11 + i) for i, n in enumerate(ODD)}
+    out = layer(ids)
+    assert list(out) == ODD
+    for n in ODD:
+        np.testing.assert_array_equal(out[n].numpy(), layer.tables[n].numpy()[ids[n]])
+    names = [w.path for w in layer.weights]
+    assert len(set(names)) == len(ODD) and not any(" " in p or "." in p for p in names)
+
+    s = odd_schema()
+    model = odd_model(s)
+    rng = np.random.default_rng(0)
+    x = {n: rng.integers(0, 11 + i, 64) for i, n in enumerate(ODD)}
+    x["g s/1"] = tf.ragged.constant([list(rng.integers(1, 9, k)) for k in rng.integers(0, 4, 64)], dtype=tf.int64)
+    x["v/x"] = rng.random(64).astype(np.float32)
+    y = rng.random(64).astype(np.float32)
+    before = [w.numpy().copy() for w in model.weights]
+    model.fit(tf.data.Dataset.from_tensors((x, y)), epochs=2, verbose=0)
+    assert all(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.weights))  # all trained
+    want = model.predict(x, verbose=0)
+
+    model.save_weights(str(tmp_path / "w.weights.h5"))
+    fresh = odd_model(s)
+    fresh.load_weights(str(tmp_path / "w.weights.h5"))
+    np.testing.assert_allclose(fresh.predict(x, verbose=0), want, rtol=1e-6)
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"), compile=False)  # the weights, not Adam's state
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), want, rtol=1e-6)

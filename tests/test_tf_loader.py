@@ -183,6 +183,11 @@ def test_stream_semantics_peek_restart_and_epoch_end(data):
     assert seq[0][0]["row_id"] is b[0]["row_id"]  # the first two may be read twice (the spec peek)
     restarted = seq[2]  # any other repeated index: a new epoch
     assert seq.epoch == 2
+    seq.on_epoch_begin()  # a Keras epoch that steps_per_epoch ends early: the loader epoch goes on
+    seq[3]
+    seq.on_epoch_end()
+    seq[4]
+    assert seq.epoch == 2
     seq.on_epoch_end()  # what Keras calls: the next request starts a new epoch
     c = seq[0]
     assert seq.epoch == 3
@@ -220,6 +225,19 @@ def test_multiple_targets_and_no_target(data):
                               continuous=["I1"], categorical=[], target=[])
     batch = seq[0]
     assert len(batch) == 1 and list(batch[0]) == ["I1"]
+
+
+def test_bad_arguments_and_random_seed(data):
+    with pytest.raises(ValueError, match="global_size must be an integer >= 1, got 0"):
+        KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=4096, global_size=0)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got -1"):
+        to_tf_dataset(tl.Dataset(data["train"]), batch_size=-1)
+    # Keras's multi-worker enqueuer redraws the batch order each Keras epoch: mixes loader epochs
+    with pytest.raises(ValueError, match="workers must be 0 or 1, got 2"):
+        KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=4096, workers=2)
+    seq = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=6000, seed=None, categorical=["row_id"],
+                              continuous=[], target="label")  # None: a random seed
+    np.testing.assert_array_equal(np.sort(_ids(seq[i] for i in range(len(seq)))), np.arange(24_000))
 
 
 # --- Keras --------------------------------------------------------------------------------------
@@ -329,3 +347,42 @@ def test_torch_side_does_not_import_tensorflow():
         pytest.skip("tabloader.torch is not there yet")
     code = "import sys, tabloader.torch; assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_fit_with_steps_per_epoch_continues_one_loader_epoch_without_crossing_it(data):
+    """steps_per_epoch=k < len: consecutive Keras epochs take consecutive batches of one loader
+    epoch; the Keras epoch that reaches its end is short, and the next one starts a new loader
+    epoch. So no Keras epoch repeats a row, and each pass covers every row exactly once."""
+    keras.utils.set_random_seed(0)
+    cols = dict(categorical=CATS + ["row_id"], continuous=CONTS, target="label")
+    rows = len(data["frame"])
+    train = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=2048, shuffle=True, seed=5, **cols)
+    valid = KerasSequenceLoader(tl.Dataset(data["valid"]), batch_size=2048, shuffle=False, **cols)
+    n, k = len(train), 5
+    assert n == -(-rows // 2048) == 12
+    model, counter = build_model(data["schema"], rows)
+    counts = EpochCounts(counter)
+    with pytest.warns(UserWarning, match="ran out of data"):  # Keras's own note on the short epochs
+        history = model.fit(train, steps_per_epoch=k, epochs=6, validation_data=valid, validation_steps=2,
+                            verbose=0, callbacks=[counts])
+    # batches per Keras epoch: 5, 5, 2 (end of loader epoch 0), then 5, 5, 2 (loader epoch 1)
+    last = rows - (n - 1) * 2048
+    want_rows = [5 * 2048, 5 * 2048, 2048 + last] * 2
+    assert [int(c.sum()) for c in counts.per_epoch] == want_rows
+    for c in counts.per_epoch:
+        assert c.max() == 1  # no row twice within a Keras epoch
+    for p in range(2):  # each pass of three Keras epochs: every row exactly once
+        np.testing.assert_array_equal(sum(counts.per_epoch[3 * p:3 * p + 3]), np.ones(rows, np.float32))
+    assert train.epoch == 1
+    assert len(history.history["val_loss"]) == 6 and np.isfinite(history.history["val_loss"]).all()
+    # the validation loader was left mid-epoch by validation_steps: predict still gets every row in order
+    inputs = inputs_from_schema(data["schema"], columns=CATS + CONTS + ["row_id"])
+    echo = keras.Model(inputs, keras.ops.cast(inputs["row_id"], "float32"))
+    want = pd.read_parquet(os.path.join(data["valid"], "part_0.parquet"))["row_id"].to_numpy()
+    np.testing.assert_array_equal(echo.predict(valid, verbose=0), want.astype(np.float32))
+    # a new fit() on a loader left mid-epoch starts a new loader epoch: each row once
+    model.fit(train, steps_per_epoch=3, epochs=1, verbose=0, callbacks=[counts])
+    counts.per_epoch.clear()
+    model.fit(train, epochs=1, verbose=0, callbacks=[counts])
+    np.testing.assert_array_equal(counts.per_epoch[0], np.ones(rows, np.float32))

@@ -155,6 +155,62 @@ def test_multihot_embeddings_match_numpy():
         emb({"genres": g_values, "tags": (t_values, t_offsets)})
 
 
+ODD_NAMES = ["a b", "a_b", "x/y", "p.q", "type"]  # "type" is an attribute of nn.ModuleDict
+
+
+def test_layers_take_any_column_name_and_keep_it_outside():
+    """Spaces, '/', '.', a ModuleDict attribute name, and two names that clean to the same
+    module name ("a b", "a_b"): build, forward, backward and a state_dict round trip."""
+    torch.manual_seed(0)
+    cfgs = [EmbeddingConfig(n, 10 + i, 2 + i) for i, n in enumerate(ODD_NAMES)]
+    emb = ConcatenatedEmbeddings(cfgs, sparse_columns=["p.q"])
+    feats = {n: ids(7, 10 + i, i) for i, n in enumerate(ODD_NAMES)}
+    out = emb(feats)
+    weights = {n: emb.table(n).weight.detach().numpy() for n in ODD_NAMES}
+    assert len({id(w) for w in weights.values()}) == len(ODD_NAMES)  # one table each
+    expect = np.concatenate([weights[n][feats[n].numpy()] for n in ODD_NAMES], 1)
+    np.testing.assert_array_equal(out.detach().numpy(), expect)
+    assert list(emb.lookup(feats)) == ODD_NAMES  # the user's names outside
+    out.sum().backward()
+    assert emb.table("p.q").weight.grad.is_sparse and not emb.table("a b").weight.grad.is_sparse
+    assert len(emb.sparse_parameters()) == 1 and len(emb.dense_parameters()) == 4
+    state = emb.state_dict()
+    assert len(state) == len(ODD_NAMES) and emb.table("a_b") is emb.embeddings["a_b"]  # plain names unchanged
+    torch.manual_seed(1)
+    again = ConcatenatedEmbeddings(cfgs, sparse_columns=["p.q"])
+    again.load_state_dict(state)
+    np.testing.assert_array_equal(again(feats).detach().numpy(), expect)
+
+    bags = MultiHotEmbeddings([EmbeddingConfig(n, 12, 3, pooling="mean") for n in ODD_NAMES], sparse_columns=True)
+    lists = {n: list_feature(5, 12, i) for i, n in enumerate(ODD_NAMES)}
+    pooled = bags(lists)
+    np.testing.assert_allclose(pooled.detach().numpy(), np.concatenate(
+        [pool_numpy(bags.table(n).weight, *lists[n], "mean") for n in ODD_NAMES], 1), rtol=1e-6, atol=1e-7)
+    pooled.sum().backward()
+    assert all(bags.table(n).weight.grad.is_sparse for n in ODD_NAMES)
+    torch.manual_seed(1)
+    bags_again = MultiHotEmbeddings([EmbeddingConfig(n, 12, 3, pooling="mean") for n in ODD_NAMES])
+    bags_again.load_state_dict(bags.state_dict())
+    torch.testing.assert_close(bags_again(lists), pooled.detach())
+    with pytest.raises(KeyError, match="no embedding table 'nope'"):
+        emb.table("nope")
+
+
+def test_fused_collection_takes_any_column_name():
+    cfgs = [EmbeddingConfig(n, 10, D) for n in ODD_NAMES]
+    coll = FusedEmbeddingCollection(cfgs, optimizer="sgd", lr=0.1, output="dict", backend="reference")
+    feats = {n: ids(7, 10, i) for i, n in enumerate(ODD_NAMES)}
+    before = {n: coll.table_weight(n).detach().clone() for n in ODD_NAMES}
+    out = coll(feats)
+    assert list(out) == ODD_NAMES
+    for n in ODD_NAMES:
+        torch.testing.assert_close(out[n], before[n][feats[n]], rtol=0, atol=0)
+    sum(o.sum() for o in out.values()).backward()
+    again = FusedEmbeddingCollection(cfgs, optimizer="sgd", output="dict", backend="reference")
+    again.load_state_dict(coll.state_dict())
+    assert all(torch.equal(again.table_weight(n), coll.table_weight(n)) for n in ODD_NAMES)
+
+
 def test_layers_bad_input():
     cfgs = [EmbeddingConfig("C1", 10, 2), EmbeddingConfig("C2", 5, 2)]
     with pytest.raises(ValueError, match="duplicate embedding table name 'C1'"):

@@ -90,6 +90,18 @@ def test_train_loop_and_resume(data):
     assert sorted(torch.cat(seen).tolist()) == list(range(500))
 
 
+def test_bad_arguments_and_random_seed(data):
+    with pytest.raises(ValueError, match="global_size must be an integer >= 1, got 0"):
+        tl.torch.Loader(tl.Dataset(data), batch_size=64, global_size=0)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        tl.torch.Loader(tl.Dataset(data), batch_size=0)
+    loader = tl.torch.Loader(tl.Dataset(data), batch_size=64, seed=None)  # None: a random seed, recorded
+    assert sorted(torch.cat([f["id"] for f, _ in loader]).tolist()) == list(range(500))
+    assert loader.state_dict()["seed"] == loader.loader.seed
+    with pytest.raises(ValueError, match=r"state\['rows'\]=501 is more than the 500 rows"):
+        loader.load_state_dict({**loader.state_dict(), "rows": 501})
+
+
 def test_import_does_not_pull_tensorflow():
     code = "import sys, tabloader.torch; assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(HERE),

@@ -9,7 +9,7 @@ framework (the torch and tf adapters hold one and only convert).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -38,7 +38,10 @@ class Loader:
         dataset: a :class:`tabloader.Dataset` (possibly transformed by a workflow) or a path.
         batch_size: rows per batch (>= 1).
         shuffle: shuffle the partition order per epoch and the rows within each chunk.
-        seed: seed of every shuffle; the epoch's order depends on ``(seed, epoch)``.
+        seed: seed of every shuffle (an integer >= 0); the epoch's order depends on
+            ``(seed, epoch)``. None draws a random seed (kept in ``loader.seed`` and in
+            ``state_dict()``, so a run can still be resumed); not with several ranks, which must
+            share one seed to read disjoint rows.
         device: ``"cpu"`` (numpy) or ``"cuda"`` (CuPy; decoded by cuDF when the dataset is a
             cuDF one, else by pyarrow and copied to the GPU once per chunk from pinned memory).
         categorical, continuous, target: column names overriding the schema's CATEGORICAL,
@@ -67,7 +70,7 @@ class Loader:
         (2, [(4,), (2,)])
     """
 
-    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, seed: int = 0, device: str = "cpu",
+    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, seed: int | None = 0, device: str = "cpu",
                  categorical: Sequence[str] | str | None = None, continuous: Sequence[str] | str | None = None,
                  target: Sequence[str] | str | None = None, drop_last: bool = False,
                  buffer_size: int | str = "256MB", parts_per_chunk: int | None = None,
@@ -76,20 +79,23 @@ class Loader:
             from tabloader.dataset import Dataset
 
             dataset = Dataset(dataset)
-        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.shuffle, self.seed, self.drop_last, self.prefetch = bool(shuffle), int(seed), bool(drop_last), prefetch
+        self.batch_size = _integer("batch_size", batch_size, 1)
+        self.shuffle, self.drop_last = _flag("shuffle", shuffle), _flag("drop_last", drop_last)
+        self.prefetch = _flag("prefetch", prefetch)
+        self.global_size = 1 if global_size is None else _integer("global_size", global_size, 1)
+        self.global_rank = 0 if global_rank is None else _integer("global_rank", global_rank, 0)
+        if self.global_rank >= self.global_size:
+            raise ValueError(f"global_rank must be below global_size={self.global_size}"
+                             f"{' (not given)' if global_size is None else ''}, got global_rank={global_rank!r}")
+        self.seed = _seed(seed, self.shuffle, self.global_size)
         self.device = backend.resolve_device(device)
-        self.global_rank = int(global_rank or 0)
-        self.global_size = int(global_size or 1)
         self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target)
         self.gpu_frames = self.device == "cuda" and getattr(dataset, "device", "cpu") == "cuda"
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
         self.buffer_bytes = _parse_bytes(buffer_size)
-        self.parts_per_chunk = parts_per_chunk
+        self.parts_per_chunk = None if parts_per_chunk is None else _integer("parts_per_chunk", parts_per_chunk, 1)
         sizes = dataset.partition_sizes()
         if sizes is None:  # a transform may drop rows: count them once by reading
             sizes = [self.reader.count(i) for i in range(dataset.npartitions)]
@@ -184,7 +190,19 @@ class Loader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next ``iter`` yields exactly the rows not yet yielded
-        in that epoch (chunks already consumed are skipped without being read)."""
+        in that epoch (chunks already consumed are skipped without being read).
+
+        ``state`` is a dict from :meth:`state_dict` (``"epoch"`` and ``"rows"`` are required;
+        the settings it records must match this loader's, except ``seed``, which is adopted,
+        and ``batch_size``). Raises ValueError naming the key for anything else.
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict returned by state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("epoch", "rows") if k not in state]
+        if missing:
+            raise ValueError(f"state is missing the key(s) {missing}: pass a dict returned by state_dict()")
+        epoch, rows = _integer("state['epoch']", state["epoch"], 0), _integer("state['rows']", state["rows"], 0)
+        seed = _integer("state['seed']", state.get("seed", self.seed), 0)
         keys = ("shuffle", "global_rank", "global_size", "drop_last", "rows_per_chunk", "parts_per_chunk")
         differ = [f"{k}={state[k]!r} (this loader: {v!r})" for k in keys
                   if k in state and state[k] != (v := self.state_dict()[k])]
@@ -192,10 +210,12 @@ class Loader:
             differ.append("partition_sizes (the dataset changed)")
         if differ:
             raise ValueError("cannot resume: the state was saved by a loader with " + "; ".join(differ))
+        if rows > self.rows_per_epoch:
+            raise ValueError(f"state['rows']={rows} is more than the {self.rows_per_epoch} rows this loader "
+                             "yields per epoch")
         self.close()
-        self.seed = int(state.get("seed", self.seed))
-        self.plan.seed = self.shuffler.seed = self.seed
-        self._epoch, self._start_row = int(state["epoch"]), int(state["rows"])
+        self.seed = self.plan.seed = self.shuffler.seed = seed
+        self._epoch, self._start_row = epoch, rows
         self._current = None
 
     # --- closing ------------------------------------------------------------------------------
@@ -222,6 +242,30 @@ class Loader:
         return (f"Loader(batch_size={self.batch_size}, batches={len(self)}, shuffle={self.shuffle}, "
                 f"seed={self.seed}, device={self.device!r}, rank={self.global_rank}/{self.global_size}, "
                 f"features={list(self.layout.features)}, target={list(self.layout.targets)})")
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int, or a ValueError naming the argument ``name`` and what it allows."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _seed(seed: Any, shuffle: bool, global_size: int) -> int:
+    """The loader's seed: ``seed`` checked, or a random one for None (single rank only: ranks
+    drawing their own seeds would shuffle partitions differently and read overlapping rows)."""
+    if seed is not None:
+        return _integer("seed", seed, 0)
+    if shuffle and global_size > 1:
+        raise ValueError(f"seed=None draws a different seed on each of the global_size={global_size} ranks, "
+                         "so they would read overlapping rows: give every rank the same integer seed")
+    return int(np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
 
 
 def _parse_bytes(size: int | str) -> int:

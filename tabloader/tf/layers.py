@@ -13,6 +13,11 @@
 Table sizes come from the ``cardinality`` property that the categorical encoder writes into the
 workflow's output schema; embedding widths from ``embedding_dim`` when present, else from
 :func:`default_embedding_dim`.
+
+Column names may hold any character: inputs and outputs are keyed by them as they are, while
+weight names come from :func:`tabloader.names.internal_names` (Keras refuses ``/`` in them,
+and its optimizers turn them into TF scope names, which cannot hold spaces), and
+``keras.Input`` names have ``_`` for ``/``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import keras
 import tensorflow as tf
 
+from tabloader.names import internal_names
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 __all__ = ["EmbeddingFeatures", "MultiHotEmbeddings", "inputs_from_schema", "embedding_sizes_from_schema",
@@ -77,6 +83,17 @@ def embedding_sizes_from_schema(schema: Schema, dim: int | Mapping[str, int] | N
             d = default_embedding_dim(card, max_dim)
         sizes[col.name] = (card, int(d))
     return sizes
+
+
+def _add_tables(layer: keras.layers.Layer) -> None:
+    """One ``[cardinality, dim]`` weight per column of ``layer.table_sizes`` into ``layer.tables``,
+    named after the column's internal name."""
+    weight_names = internal_names(layer.table_sizes)
+    for name, (card, dim) in layer.table_sizes.items():
+        layer.tables[name] = layer.add_weight(
+            name=f"{weight_names[name]}_embeddings", shape=(card, dim), initializer=layer.embeddings_initializer,
+            regularizer=layer.embeddings_regularizer, trainable=True,
+        )
 
 
 def _squeeze_ids(ids: Any, name: str) -> tf.Tensor:
@@ -145,11 +162,7 @@ class EmbeddingFeatures(keras.layers.Layer):
         return sum(d for _, d in self.table_sizes.values())
 
     def build(self, input_shape: Any = None) -> None:
-        for name, (card, dim) in self.table_sizes.items():
-            self.tables[name] = self.add_weight(
-                name=f"{name}_embeddings", shape=(card, dim), initializer=self.embeddings_initializer,
-                regularizer=self.embeddings_regularizer, trainable=True,
-            )
+        _add_tables(self)
         self.built = True
 
     def call(self, inputs: Mapping[str, Any]) -> Any:
@@ -240,11 +253,7 @@ class MultiHotEmbeddings(keras.layers.Layer):
         return cls(embedding_sizes_from_schema(schema, dim=dim, max_dim=max_dim, lists=True), **kwargs)
 
     def build(self, input_shape: Any = None) -> None:
-        for name, (card, dim) in self.table_sizes.items():
-            self.tables[name] = self.add_weight(
-                name=f"{name}_embeddings", shape=(card, dim), initializer=self.embeddings_initializer,
-                regularizer=self.embeddings_regularizer, trainable=True,
-            )
+        _add_tables(self)
         self.built = True
 
     def _as_ragged(self, value: Any, name: str) -> tf.RaggedTensor:
@@ -321,6 +330,8 @@ def inputs_from_schema(schema: Schema, columns: Sequence[str] | None = None,
     Single-hot columns are ``[batch]`` (categorical ids int64, continuous float32); list columns
     are ragged ``[batch, None]``. Target columns are left out unless ``include_target``. Columns
     with neither a categorical, continuous nor list tag are left out unless named in ``columns``.
+    The dict is keyed by column name; each input layer is named after its column, with ``_`` for
+    ``/`` (which Keras refuses in names; Keras then warns that the key and the name differ).
 
     Example:
         >>> s = Schema([ColumnSchema("c", "int64", {"categorical"}, {"cardinality": 5}),
@@ -335,6 +346,7 @@ def inputs_from_schema(schema: Schema, columns: Sequence[str] | None = None,
                 if (include_target or not c.has_tag(Tags.TARGET))
                 and (c.has_tag(Tags.CATEGORICAL) or c.has_tag(Tags.CONTINUOUS) or c.is_list
                      or c.has_tag(Tags.LIST) or (include_target and c.has_tag(Tags.TARGET)))]
+    input_names = internal_names((col.name for col in cols), unsafe="/")  # the one character Keras refuses
     inputs: dict[str, Any] = {}
     for col in cols:
         categorical = col.has_tag(Tags.CATEGORICAL)
@@ -342,7 +354,7 @@ def inputs_from_schema(schema: Schema, columns: Sequence[str] | None = None,
         if not categorical and dtype == "float64":
             dtype = "float32"  # the loader yields continuous columns as float32
         if col.is_list or col.has_tag(Tags.LIST):
-            inputs[col.name] = keras.Input(shape=(None,), dtype=dtype, name=col.name, ragged=True)
+            inputs[col.name] = keras.Input(shape=(None,), dtype=dtype, name=input_names[col.name], ragged=True)
         else:
-            inputs[col.name] = keras.Input(shape=(), dtype=dtype, name=col.name)
+            inputs[col.name] = keras.Input(shape=(), dtype=dtype, name=input_names[col.name])
     return inputs

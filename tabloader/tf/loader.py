@@ -141,7 +141,7 @@ def batch_to_tf(features: Mapping[str, Any], target: Any = None, ragged: bool = 
     return out, to_tf_tensor(target, stats)
 
 
-def _make_loader(data: Any, batch_size: int | None, shuffle: bool, seed: int, device: str,
+def _make_loader(data: Any, batch_size: int | None, shuffle: bool, seed: int | None, device: str,
                  loader_kwargs: dict) -> Any:
     from tabloader.loader import Loader
 
@@ -168,8 +168,11 @@ class KerasSequenceLoader(keras.utils.PyDataset):
             ``batch_size`` checked when ``data`` is a Loader).
         ragged: list columns as ``tf.RaggedTensor`` (default) or ``(values, offsets)`` tensors.
         workers, use_multiprocessing, max_queue_size: ``keras.utils.PyDataset`` arguments. The
-            loader already reads and shuffles on its own background thread, so the default
-            ``workers=1`` is the fast choice; ``use_multiprocessing`` is not supported.
+            loader already reads and shuffles on its own background thread and serves batches
+            in stream order, so ``workers`` is 0 or 1 (more threads would only wait on each
+            other, and Keras's multi-worker enqueuer draws a new batch order at every Keras
+            epoch, which mixes two loader epochs under ``steps_per_epoch``);
+            ``use_multiprocessing`` is not supported.
         **loader_kwargs: ``categorical``, ``continuous``, ``target``, ``drop_last``,
             ``buffer_size``, ``global_rank``, ``global_size``... passed to the Loader.
 
@@ -180,12 +183,25 @@ class KerasSequenceLoader(keras.utils.PyDataset):
     ``shuffle=True`` only permutes batch indices; rows are shuffled by the loader itself (within
     chunks, and the partition order per epoch), and every row is still seen exactly once per
     epoch. The first two batches are remembered, because Keras reads them once to infer the
-    tensor spec and again when the epoch starts. A new epoch (a new shuffle) begins after
-    ``on_epoch_end()`` (Keras calls it), after all ``len()`` batches were served, or when an
-    index already served in this epoch is asked for again (except that each of the first two
-    may be read twice). To abandon an epoch half-way and restart at index 0 outside Keras, call
-    ``on_epoch_end()`` first (else the restart re-reads the two remembered batches before the
-    new epoch begins). True random access is not supported.
+    tensor spec and again when the epoch starts.
+
+    Keras epochs and loader epochs: a Keras epoch never mixes two loader epochs. Without
+    ``steps_per_epoch`` a Keras epoch is one whole loader epoch (a new shuffle each). With
+    ``fit(..., steps_per_epoch=k)`` and ``k < len(seq)``, Keras carries on where its previous
+    epoch stopped, and so does the loader: consecutive Keras epochs take consecutive batches of
+    one loader epoch, and the Keras epoch that reaches the loader epoch's end stops there (it is
+    short unless ``k`` divides ``len(seq)``; Keras warns "Your input ran out of data") -- the
+    next Keras epoch starts a new loader epoch. Every row is thus seen once per
+    ``ceil(len(seq) / k)`` Keras epochs.
+
+    A loader epoch ends when all ``len()`` batches were served, when an index already served in
+    it is asked for again (a restart: ``evaluate(steps=...)`` and ``predict(steps=...)`` start
+    again at index 0; each of the first two may be read twice, the spec peek), or when
+    ``on_epoch_end()`` comes without ``on_epoch_begin()`` since the previous ``on_epoch_end()``
+    (what Keras does when it resets its iterator at the start of ``fit`` / ``evaluate``). An
+    ``on_epoch_end()`` that closes an ``on_epoch_begin()`` keeps the epoch going. To abandon an
+    epoch half-way outside Keras, call ``on_epoch_end()`` (or ``close()``, also after a ``fit``
+    stopped in the middle of an epoch). True random access is not supported.
 
     Example:
         >>> import numpy as np, pandas as pd, tabloader as tl
@@ -195,12 +211,16 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         (3, [4, 4, 2])
     """
 
-    def __init__(self, data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+    def __init__(self, data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int | None = 0,
                  device: str = "cpu", ragged: bool = True, workers: int = 1, use_multiprocessing: bool = False,
                  max_queue_size: int = 10, **loader_kwargs: Any) -> None:
         if use_multiprocessing:
             raise ValueError("KerasSequenceLoader does not support use_multiprocessing=True: the loader reads "
                              "and shuffles on its own background thread (workers=1 is the fast choice)")
+        if workers not in (0, 1) or isinstance(workers, bool):
+            raise ValueError(f"workers must be 0 or 1, got {workers!r}: the loader reads and shuffles on its own "
+                             "background thread and serves batches in stream order, and Keras's multi-worker "
+                             "enqueuer would redraw the batch order at every Keras epoch")
         super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=max_queue_size)
         self.loader = _make_loader(data, batch_size, shuffle, seed, device, loader_kwargs)
         self.ragged = ragged
@@ -209,6 +229,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         self._iterator: Iterator | None = None
         self._epochs_started = 0
         self._epoch_over = False
+        self._keras_epoch_open = False  # between Keras's on_epoch_begin() and on_epoch_end()
         self._served: set[int] = set()
         self._cache: dict[int, tuple] = {}
 
@@ -260,14 +281,29 @@ class KerasSequenceLoader(keras.utils.PyDataset):
             self._served.add(index)
             return batch
 
-    def on_epoch_end(self) -> None:
-        """Ends the current epoch: the next batch asked for starts a new one (a new shuffle)."""
+    def on_epoch_begin(self) -> None:
+        """Keras begins an epoch: it continues its batch iterator or starts a new one."""
         with self._lock:
+            self._keras_epoch_open = True
+
+    def on_epoch_end(self) -> None:
+        """Ends the loader's epoch, unless it closes a Keras epoch (after ``on_epoch_begin()``).
+
+        Keras closes every epoch with it, also those that ``steps_per_epoch`` ends before the
+        loader's epoch is over: the next Keras epoch continues the same iterator, so the loader
+        keeps its epoch (ending it would mix two loader epochs into the next Keras epoch,
+        through the batches tf.data already prefetched). An ``on_epoch_end()`` without a
+        ``on_epoch_begin()`` before it is Keras resetting its iterator (or the user abandoning
+        the epoch): the next batch asked for starts a new epoch (a new shuffle).
+        """
+        with self._lock:
+            if self._keras_epoch_open:
+                self._keras_epoch_open = False
+                return
             if self._served and self._served == set(self._cache) and self._served <= set(range(_PEEK)):
-                # Only Keras's spec peek ran (fit/evaluate read two batches, then reset the epoch
-                # before starting it): keep the epoch and the two batches rather than throwing a
-                # chunk's work away. (So leave steps_per_epoch at None: with steps_per_epoch=2
-                # the second epoch would repeat the first.)
+                # Only Keras's spec peek ran (fit/evaluate read two batches, then reset the
+                # iterator before starting it): keep the epoch and the two batches rather than
+                # throwing a chunk's work away.
                 return
             self._epoch_over = True
             self._cache.clear()
@@ -277,6 +313,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         with self._lock:
             self.loader.close()
             self._iterator = None
+            self._keras_epoch_open = False
             self._cache.clear()
             self._served.clear()
 
@@ -317,7 +354,7 @@ def _output_signature(loader: Any, ragged: bool = True) -> tuple:
     return features, tf.TensorSpec(shape, dtype)
 
 
-def to_tf_dataset(data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+def to_tf_dataset(data: Any, batch_size: int | None = None, shuffle: bool = True, seed: int | None = 0,
                   device: str = "cpu", ragged: bool = True, prefetch: int | None = tf.data.AUTOTUNE,
                   stats: ConversionStats | None = None, **loader_kwargs: Any) -> tf.data.Dataset:
     """The loader's batches as a ``tf.data.Dataset`` of ``(features, target)`` (or ``(features,)``).

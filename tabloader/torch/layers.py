@@ -40,6 +40,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tabloader.names import internal_names
+
 __all__ = [
     "EmbeddingConfig",
     "configs_from_schema",
@@ -320,12 +322,26 @@ def _sparse_set(sparse_columns: Any, by_feature: Mapping[str, EmbeddingConfig]) 
 # --------------------------------------------------------------------------------------------
 # layers
 # --------------------------------------------------------------------------------------------
+_MODULE_DICT_ATTRIBUTES = frozenset(dir(nn.ModuleDict()))  # keys a ModuleDict refuses ("type", "keys", ...)
+
+
 class _PerTableParameters:
-    """``output_dim`` and the sparse / dense parameter split of a layer holding one module per
-    table in ``self._tables`` (a ``ModuleDict`` by table name) and ``configs``, ``sparse_tables``."""
+    """Table access, ``output_dim`` and the sparse / dense parameter split of a layer holding one
+    module per table in ``self._tables``, a ``ModuleDict`` keyed by ``module_names[table]``
+    (table names made valid as module names), and ``configs``, ``sparse_tables``."""
 
     configs: list[EmbeddingConfig]
     sparse_tables: set[str]
+    module_names: dict[str, str]
+
+    def _name_modules(self) -> None:
+        self.module_names = internal_names((c.name for c in self.configs), reserved=_MODULE_DICT_ATTRIBUTES)
+
+    def table(self, name: str) -> nn.Module:
+        """The module of table ``name`` (as named in its config, whatever characters it holds)."""
+        if name not in self.module_names:
+            raise KeyError(f"no embedding table {name!r}; tables: {list(self.module_names)}")
+        return self._tables[self.module_names[name]]
 
     @property
     def output_dim(self) -> int:
@@ -333,11 +349,11 @@ class _PerTableParameters:
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         """Weights with sparse gradients (for ``SparseAdam`` / ``SGD``)."""
-        return [self._tables[c.name].weight for c in self.configs if c.name in self.sparse_tables]
+        return [self.table(c.name).weight for c in self.configs if c.name in self.sparse_tables]
 
     def dense_parameters(self) -> list[nn.Parameter]:
         """Weights with ordinary dense gradients."""
-        return [self._tables[c.name].weight for c in self.configs if c.name not in self.sparse_tables]
+        return [self.table(c.name).weight for c in self.configs if c.name not in self.sparse_tables]
 
 
 class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
@@ -361,6 +377,11 @@ class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
     returns ``(B, output_dim)`` in the order of the configs and their features. A list feature
     given as ``(values, offsets)`` is pooled with its table's ``pooling``.
 
+    ``table(name)`` is the ``nn.Embedding`` of a table. Table names may hold any character:
+    the ``embeddings`` ModuleDict (and so the ``state_dict`` keys) uses ``module_names[name]``,
+    the name itself where it is made of letters, digits and ``_``, else a cleaned, unique one
+    (``"a.b"`` -> ``"a_b"``).
+
     Example:
         >>> import torch
         >>> _ = torch.manual_seed(0)
@@ -380,12 +401,13 @@ class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
         self.configs = list(configs)
         self.sparse_tables = _sparse_set(sparse_columns, self._by_feature)
         self.validate_indices = validate_indices
+        self._name_modules()
         self.embeddings = nn.ModuleDict()
         for cfg in self.configs:
             emb = nn.Embedding(cfg.num_embeddings, cfg.embedding_dim, padding_idx=cfg.padding_idx,
                                sparse=cfg.name in self.sparse_tables)
             init_embedding_(emb.weight, cfg.init, cfg.padding_idx)
-            self.embeddings[cfg.name] = emb
+            self.embeddings[self.module_names[cfg.name]] = emb
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
 
     @property
@@ -400,7 +422,7 @@ class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
         """The embedding ``(B, dim)`` of every configured feature, by feature name."""
         out = {}
         for cfg in self.configs:
-            emb = self.embeddings[cfg.name]
+            emb = self.table(cfg.name)
             for feat in cfg.features:
                 ids, offsets = split_feature(get_feature(features, feat, cfg.name), feat, cfg.name)
                 if self.validate_indices:
@@ -435,6 +457,9 @@ class MultiHotEmbeddings(_PerTableParameters, nn.Module):
         sparse_columns: tables / features with sparse gradients (True for all).
         validate_indices: bounds-check ids and offsets first (see :class:`ConcatenatedEmbeddings`).
 
+    ``table(name)`` is the ``nn.EmbeddingBag`` of a table; the ``bags`` ModuleDict is keyed by
+    ``module_names[name]`` (see :class:`ConcatenatedEmbeddings`).
+
     Example:
         >>> import torch
         >>> _ = torch.manual_seed(0)
@@ -443,7 +468,7 @@ class MultiHotEmbeddings(_PerTableParameters, nn.Module):
         >>> out = emb({"genres": (values, offsets)})
         >>> out.shape
         torch.Size([3, 4])
-        >>> bool(out[1].abs().sum() == 0), torch.allclose(out[2], emb.bags["genres"].weight[7])
+        >>> bool(out[1].abs().sum() == 0), torch.allclose(out[2], emb.table("genres").weight[7])
         (True, True)
     """
 
@@ -454,13 +479,14 @@ class MultiHotEmbeddings(_PerTableParameters, nn.Module):
         self.configs = list(configs)
         self.sparse_tables = _sparse_set(sparse_columns, self._by_feature)
         self.validate_indices = validate_indices
+        self._name_modules()
         self.bags = nn.ModuleDict()
         for cfg in self.configs:
             bag = nn.EmbeddingBag(cfg.num_embeddings, cfg.embedding_dim, mode=cfg.pooling,
                                   sparse=cfg.name in self.sparse_tables, include_last_offset=True,
                                   padding_idx=cfg.padding_idx)
             init_embedding_(bag.weight, cfg.init, cfg.padding_idx)
-            self.bags[cfg.name] = bag
+            self.bags[self.module_names[cfg.name]] = bag
 
     @property
     def _tables(self) -> nn.ModuleDict:
@@ -469,7 +495,7 @@ class MultiHotEmbeddings(_PerTableParameters, nn.Module):
     def lookup(self, features: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         out = {}
         for cfg in self.configs:
-            bag = self.bags[cfg.name]
+            bag = self.table(cfg.name)
             for feat in cfg.features:
                 value = get_feature(features, feat, cfg.name)
                 if isinstance(value, torch.Tensor) and value.dim() == 2:
