@@ -300,6 +300,24 @@ def test_join_groupby_matches_pandas_and_partitions(tmp_path):
         JoinGroupby(["s"]).fit_partial(["i"], df)
 
 
+@pytest.mark.parametrize("stats", [["sum", "mean", "max"], ["std"], ["min", "count", "var"]])
+def test_join_groupby_without_count_keeps_each_stat_under_its_name(stats):
+    df = pd.DataFrame({"c": ["a", "a", "b", "b", "b", "c"], "x": [1.0, 3.0, 5.0, 6.0, 10.0, 2.0],
+                       "y": [0.5, 0.5, 1.0, 4.0, 9.0, 7.0]})
+    _, out = fit_transform(JoinGroupby(["x", "y"], stats=stats), ["c"], df, part_size=100)
+    expected_names = (["c_count"] if "count" in stats else []) + \
+        [f"c_{col}_{s}" for col in ["x", "y"] for s in stats if s != "count"]
+    assert out.columns.tolist() == expected_names
+    counts = df.groupby("c")["x"].size()
+    for col in ["x", "y"]:
+        agg = df.groupby("c")[col].agg(["sum", "mean", "std", "var", "min", "max"])
+        for s in stats:
+            if s == "count":
+                assert out["c_count"].tolist() == counts.loc[df["c"]].tolist()
+            else:
+                np.testing.assert_allclose(out[f"c_{col}_{s}"], agg.loc[df["c"], s].to_numpy(), rtol=1e-12)
+
+
 # --- TargetEncoding -----------------------------------------------------------------------
 def expected_te(df, key, target, kfold, p, seed=42):
     folds = fold_of(df.index, kfold, seed)

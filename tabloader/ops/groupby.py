@@ -130,9 +130,13 @@ class JoinGroupby(CachedLookups, StatOperator):
     def dependencies(self) -> list[str]:
         return list(self.cont_cols)
 
+    def _generic_names(self) -> list[str]:
+        """The outputs as columns of the fitted table (``count``, ``{cont}_{stat}``), in output order."""
+        names = ["count"] if "count" in self.stats else []
+        return names + [f"{c}_{s}" for c in self.cont_cols for s in self.stats if s != "count"]
+
     def _names(self, prefix: str) -> list[str]:
-        names = [f"{prefix}_count"] if "count" in self.stats else []
-        return names + [f"{prefix}_{c}_{s}" for c in self.cont_cols for s in self.stats if s != "count"]
+        return [f"{prefix}_{generic}" for generic in self._generic_names()]
 
     def output_column_names(self, columns: Columns) -> list[str]:
         return [n for prefix, _ in key_groups(columns) for n in self._names(prefix)]
@@ -274,7 +278,7 @@ class JoinGroupby(CachedLookups, StatOperator):
             cols = normalize_keys(self, group, frame)
             pos = lookup.positions(cols)
             mask = null_mask(cols, "any")
-            for generic, name in zip(self._table(None, 0).columns, self._names(prefix)):
+            for generic, name in zip(self._generic_names(), self._names(prefix)):
                 values = table[generic].to_numpy()
                 is_count = generic == "count"
                 fill = 0 if is_count else np.nan
