@@ -272,6 +272,25 @@ def test_hashed_cross_matches_python_hash_and_schema():
     assert col.properties["cardinality"] == 101 and col.has_tag("categorical")
 
 
+def test_hashing_dtype_too_narrow_for_num_buckets_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"HashBucket: every column with num_buckets=1000 .* int8"):
+        HashBucket(1000, dtype="int8")
+    with pytest.raises(ValueError, match=r"HashBucket: column 'c' with num_buckets=300 .* uint8"):
+        HashBucket({"b": 10, "c": 300}, dtype="uint8")
+    with pytest.raises(ValueError, match=r"HashedCross: column 'a_b' with num_buckets=40000 .* int16"):
+        HashedCross({"a_b": 40000}, dtype="int16")
+    with pytest.raises(ValueError, match=r"HashedCross: dtype must be a numpy integer dtype"):
+        HashedCross(10, dtype="float32")
+    # the widest table each dtype holds: every id in range and equal to the Python hash
+    df = pd.DataFrame({"a": np.arange(500), "b": [f"s{i % 37}" for i in range(500)]})
+    for dtype, nb in [("int8", 128), ("uint8", 256)]:
+        ids = HashBucket(nb, dtype=dtype).transform(["a"], df)["a"]
+        assert ids.dtype == np.dtype(dtype)
+        assert ids.tolist() == [1 + py_hash(v) % (nb - 1) for v in range(500)]
+        crossed = HashedCross(nb, dtype=dtype).transform([("a", "b")], df)["a_b"]
+        assert crossed.tolist() == [1 + py_cross([a, b]) % (nb - 1) for a, b in zip(df["a"], df["b"])]
+
+
 # --- JoinGroupby --------------------------------------------------------------------------
 def test_join_groupby_matches_pandas_and_partitions(tmp_path):
     df = sample_frame(600)

@@ -32,8 +32,8 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
-from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, cross_hash, hash_values, map_column,
-                                   new_frame, normalize_column, param_for)
+from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, check_id_range, cross_hash, hash_values,
+                                   integer_dtype, map_column, new_frame, normalize_column, param_for)
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 NULL_ID = 1
@@ -254,8 +254,7 @@ class Categorify(CachedLookups, StatOperator):
         for nb in (num_buckets.values() if isinstance(num_buckets, Mapping) else [num_buckets]):
             if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1:
                 raise ValueError(f"Categorify: num_buckets must be an integer >= 1, got {nb!r}")
-        if not np.issubdtype(np.dtype(dtype), np.integer):
-            raise ValueError(f"Categorify: dtype must be an integer dtype, got {dtype!r}")
+        integer_dtype(self, dtype)
 
     # --- plan: which vocabulary each selected column uses ----------------------------------
     def _plan(self, columns: Columns) -> list[tuple[str, str, tuple[str, ...], list[str]]]:
@@ -334,9 +333,7 @@ class Categorify(CachedLookups, StatOperator):
                 nulls[key] = int(stats["nulls"])
             vocabularies[key] = vocab
             card = OOV_START + self._buckets(key) + len(vocab)
-            if card - 1 > np.iinfo(np.dtype(self.dtype)).max:
-                raise ValueError(f"{self.label}: {key!r} needs ids up to {card - 1}, which dtype {self.dtype} "
-                                 "cannot hold; use a wider dtype or set max_size")
+            check_id_range(self, f"column {key!r}", card - 1, self.dtype, "use a wider dtype or set max_size")
             for out in outputs:
                 cards[out] = card
         self.vocabularies_ = vocabularies

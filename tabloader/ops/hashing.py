@@ -210,12 +210,36 @@ def map_column(op: Any, name: Any, series: Any, encode: Any) -> Any:
     return encode(normalize_column(op, name, series))
 
 
-def _check_buckets(op: Any, num_buckets: Any) -> None:
-    values = num_buckets.values() if isinstance(num_buckets, Mapping) else [num_buckets]
-    for nb in values:
+def integer_dtype(op: Any, dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy integer dtype, or a ValueError naming the operator."""
+    try:
+        out = np.dtype(dtype)
+    except TypeError:
+        out = None
+    if out is None or out.kind not in "iu":
+        raise ValueError(f"{op.label}: dtype must be a numpy integer dtype (int32, int64, ...), got {dtype!r}")
+    return out
+
+
+def check_id_range(op: Any, what: str, max_id: int, dtype: Any, fix: str) -> None:
+    """Raise a ValueError when ``dtype`` cannot hold ``max_id``: ids that wrapped around would
+    be negative or collide while the schema promises ``max_id + 1`` rows."""
+    if max_id > np.iinfo(np.dtype(dtype)).max:
+        raise ValueError(f"{op.label}: {what} needs ids up to {max_id}, which dtype {dtype} cannot hold "
+                         f"(its maximum is {np.iinfo(np.dtype(dtype)).max}); {fix}")
+
+
+def _check_buckets(op: Any, num_buckets: Any, dtype: Any) -> None:
+    """num_buckets must be integers >= 2 whose ids ``0 .. num_buckets - 1`` fit ``dtype``."""
+    integer_dtype(op, dtype)
+    items = num_buckets.items() if isinstance(num_buckets, Mapping) else [(None, num_buckets)]
+    for name, nb in items:
         if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 2:
             raise ValueError(f"{type(op).__name__}: num_buckets must be an integer >= 2 (bucket 0 is for nulls), "
                              f"got {nb!r}")
+        where = "every column" if name is None else f"column {name!r}"
+        check_id_range(op, f"{where} with num_buckets={nb}", int(nb) - 1, dtype,
+                       "use a wider dtype or fewer buckets")
 
 
 # Properties describing the raw values; they no longer hold once a column is encoded.
@@ -256,7 +280,7 @@ class HashBucket(Operator):
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
         self.num_buckets = num_buckets
         self.dtype = dtype
-        _check_buckets(self, num_buckets)
+        _check_buckets(self, num_buckets, dtype)
 
     def _buckets(self, name: str) -> int:
         nb = param_for(self.num_buckets, name, None)
@@ -315,7 +339,7 @@ class HashedCross(Operator):
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
         self.num_buckets = num_buckets
         self.dtype = dtype
-        _check_buckets(self, num_buckets)
+        _check_buckets(self, num_buckets, dtype)
 
     @staticmethod
     def _groups(columns: Columns) -> list[tuple[str, ...]]:
