@@ -159,6 +159,70 @@ def test_categorify_unseen_values_go_to_oov():
     assert wf.transform(test)["c"].tolist()[1] == 2 + py_hash("zzz") % 5
 
 
+TOP = 2**64 - 1  # the largest uint64
+HALF = 2**63  # the smallest uint64 an int64 cannot hold
+
+
+def test_categorify_uint64_orders_by_true_value_and_unseen_negatives_go_to_oov(tmp_path):
+    # every value twice: the order is decided by the tie-break on the value alone
+    fit_values = [TOP, TOP, HALF, HALF, 5, 5, HALF - 1, HALF - 1, HALF + 1, HALF + 1, TOP - 1, TOP - 1, 0, 0, 7]
+    table = pa.table({"c": pa.array(fit_values, type=pa.uint64())})
+    pq.write_table(table, tmp_path / "ids.parquet", row_group_size=4)  # pyarrow, no pandas metadata
+    assert table.schema.metadata is None
+    op = Categorify(num_buckets=3)
+    dataset = tl.Dataset(str(tmp_path / "ids.parquet"), part_size=1)
+    assert dataset.npartitions > 1
+    wf = Workflow(["c"] >> op, progress=False).fit(dataset)
+    assert op.vocabularies_["c"]["value"].tolist() == [0, 5, HALF - 1, HALF, HALF + 1, TOP - 1, TOP, 7]
+
+    fitted_here = wf.transform(tl.Dataset(str(tmp_path / "ids.parquet"))).compute()["c"].tolist()
+    assert fitted_here == expected_ids(fit_values, num_buckets=3)[0]
+    # serving requests arrive as int64 (or as floats): negatives were never seen, so they are OOV,
+    # never the vocabulary entry whose uint64 bits they share (-1 is the bits of 2**64 - 1)
+    request = [-1, -2, -(2**63), 5, HALF - 1, 3]
+    got = wf.transform(pd.DataFrame({"c": pd.array(request, dtype="Int64")}))["c"].tolist()
+    assert got == expected_ids(request, fit_values, num_buckets=3)[0]
+    assert all(2 <= i < 5 for i in got[:3])
+    floats = [float(HALF), -1.0, 5.0, 2.0**64]
+    got = wf.transform(pd.DataFrame({"c": floats}))["c"].tolist()
+    assert got[0] == expected_ids([HALF], fit_values, num_buckets=3)[0][0]
+    assert got[2] == expected_ids([5], fit_values, num_buckets=3)[0][0]
+    assert all(2 <= i < 5 for i in (got[1], got[3]))
+
+
+@pytest.mark.parametrize("widths", [["int8", "Int16", "uint32", "int64", "uint64"],
+                                    ["uint8", "UInt16", "UInt64", "uint32", "uint64"]])
+def test_categorify_fit_over_partitions_of_different_integer_widths(widths):
+    rng = np.random.default_rng(1)
+    parts = []
+    for i, dtype in enumerate(widths):
+        info = np.iinfo(pd.api.types.pandas_dtype(dtype.lower()))
+        lo = int(info.min)
+        hi = min(int(info.max), 2**63 - 1) if widths[0] == "int8" else int(info.max)  # no negative beside >= 2**63
+        # each extreme once: ties, so their order is decided by value alone
+        values = [lo + i, hi - 2 * i, hi - 2 * i - 1] + [int(v) for v in rng.integers(0, 4, 10)]
+        parts.append(pd.DataFrame({"c": pd.Series(values + [None] * dtype[0].isupper(), dtype=dtype)}))
+    op = Categorify()
+    partials = [op.fit_partial(["c"], part) for part in parts]
+    merged = partials[0]
+    for p in partials[1:]:  # one of the orders Workflow.fit's tree reduction may take
+        merged = op.merge(merged, p)
+    op.finalize(["c"], merged)
+    pooled = [None if is_null(v) else int(v) for part in parts for v in part["c"].tolist()]
+    for part in parts:
+        values = [None if is_null(v) else int(v) for v in part["c"].tolist()]
+        assert op.transform(["c"], part)["c"].tolist() == expected_ids(values, pooled)[0]
+    assert op.null_counts_["c"] == sum(v is None for v in pooled)
+
+
+def test_categorify_negative_and_uint64_above_int64_in_one_column_is_a_clear_error():
+    op = Categorify()
+    a = op.fit_partial(["c"], pd.DataFrame({"c": pd.Series([-1, 2], dtype="int64")}))
+    b = op.fit_partial(["c"], pd.DataFrame({"c": pd.Series([HALF], dtype="uint64")}))
+    with pytest.raises(TypeError, match=r"Categorify: column 'c' holds negative integers and unsigned"):
+        op.merge(a, b)
+
+
 def test_categorify_all_null_and_empty_partitions(tmp_path):
     df = pd.DataFrame({"c": pd.array([None] * 6, dtype="Int64"), "s": pd.Series([None] * 6, dtype="str")})
     wf, out = fit_transform(Categorify(), ["c", "s"], df, part_size=8)

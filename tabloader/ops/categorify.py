@@ -9,8 +9,12 @@ Encoding contract (see ``DESIGN.md``):
   more, a value goes to ``2 + hash(value) % num_buckets`` with the hashes of
   :mod:`tabloader.ops.hashing` (identical on CPU and GPU);
 * ``2 + num_buckets + i``: the ``i``-th vocabulary value, the vocabulary being sorted by
-  descending count, ties by ascending value (numbers numerically, strings by code point;
-  combinations by their values in column order).
+  descending count, ties by ascending value (numbers numerically -- integers by their true
+  value whatever their width and signedness, so uint64 values >= 2**63 come after small ones
+  --, strings by code point; combinations by their values in column order).
+
+Lookups match by value: an integer the vocabulary's type cannot hold (a negative id against
+a uint64 vocabulary, a non-integral float) is unseen and goes to OOV.
 
 The module also holds the key machinery (:class:`ValueLookup`, :func:`factorize_rows`) that
 :mod:`~tabloader.ops.groupby` and :mod:`~tabloader.ops.target_encoding` share.
@@ -32,8 +36,9 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
-from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, check_id_range, cross_hash, hash_values,
-                                   integer_dtype, map_column, new_frame, normalize_column, param_for)
+from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, check_id_range, common_int_dtype, cross_hash,
+                                   exact_ints, hash_values, integer_dtype, map_column, new_frame, normalize_column,
+                                   param_for)
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 NULL_ID = 1
@@ -114,8 +119,9 @@ class ValueLookup:
 
         if kind == "str":
             return pa.array(values.to_numpy(dtype=object) if len(values) else [], type=pa.string())
-        if kind == "int":
-            return pd.Index(values.to_numpy(dtype=np.int64))
+        if kind == "int":  # uint64 stays uint64: its values >= 2**63 are no negative numbers
+            ints = values.to_numpy()
+            return pd.Index(ints if ints.dtype == np.uint64 else ints.astype(np.int64))
         if kind == "float":
             return pd.Index(values.to_numpy(dtype=np.float64))
         return pd.Index(np.zeros(0, np.int64))
@@ -143,11 +149,11 @@ class ValueLookup:
             pos = pc.index_in(col.values, value_set=level)
             return pos.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         values = col.values
-        if kind == "int" and col.kind == "float":
-            integral = (np.floor(values) == values) & (np.abs(values) < 2.0**63)
-            pos = level.get_indexer(np.where(integral, values, 0).astype(np.int64))
-            return np.where(integral, pos, -1).astype(np.int64, copy=False)
-        if kind == "float" and col.kind == "int":
+        if kind == "int":  # match by value: a query the level's dtype cannot hold is unseen
+            values, fits = exact_ints(values, level.dtype)
+            pos = level.get_indexer(values).astype(np.int64, copy=False)
+            return pos if fits is None else np.where(fits, pos, -1)
+        if col.kind == "int":
             values = values.astype(np.float64)
         return level.get_indexer(values).astype(np.int64, copy=False)
 
@@ -555,7 +561,8 @@ def merge_counts(a: Any, b: Any, op: Any, what: Any) -> Any:
 
 
 def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: Any, what: Any) -> tuple[list, list]:
-    """Concatenate the key arrays of two partials (numbers: int64, or float64 if either is float)."""
+    """Concatenate the key arrays of two partials (numbers: float64 if either is float, else
+    int64 or uint64, see :func:`~tabloader.ops.hashing.common_int_dtype`)."""
     import pyarrow as pa
 
     kinds = []
@@ -569,8 +576,9 @@ def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: An
             keys.append(pa.concat_arrays([pa.array(a_keys[i]).cast(pa.large_string()),
                                           pa.array(b_keys[i]).cast(pa.large_string())]))
         else:
-            dtype = np.float64 if kind == "float" else np.int64
-            keys.append(np.concatenate([np.asarray(a_keys[i], dtype=dtype), np.asarray(b_keys[i], dtype=dtype)]))
+            pair = [np.asarray(a_keys[i]), np.asarray(b_keys[i])]
+            dtype = np.float64 if kind == "float" else common_int_dtype(pair, op, what)
+            keys.append(np.concatenate([k.astype(dtype, copy=False) for k in pair]))
     return keys, kinds
 
 

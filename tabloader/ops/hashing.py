@@ -27,7 +27,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,8 +57,10 @@ def embedding_dim(cardinality: int) -> int:
 
 @dataclasses.dataclass
 class NormalizedColumn:
-    """A column as plain arrays: ``values`` (int64/float64 numpy, or a pyarrow string array),
-    ``mask`` (True where null, or None when there are no nulls) and ``kind`` (one of :data:`KINDS`)."""
+    """A column as plain arrays: ``values`` (numpy int64, uint64 or float64, or a pyarrow string
+    array), ``mask`` (True where null, or None when there are no nulls) and ``kind`` (one of
+    :data:`KINDS`). Integers are int64, except 64-bit unsigned ones, which stay uint64 so that
+    values >= 2**63 keep their order and never equal a negative integer."""
 
     kind: str
     values: Any
@@ -119,10 +121,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         return NormalizedColumn(taken.kind, taken.values, mask if mask.any() else None)
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
         mask = series.isna().to_numpy() if series.hasnans else None
-        if pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().endswith("64"):
-            values = series.to_numpy(dtype="uint64", na_value=0).view(np.int64)
-        else:
-            values = series.to_numpy(dtype="int64", na_value=0)
+        unsigned64 = pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().startswith("uint64")
+        values = series.to_numpy(dtype="uint64" if unsigned64 else "int64", na_value=0)
         return NormalizedColumn("int", values, mask)
     if pdt.is_float_dtype(dtype):
         values = series.to_numpy(dtype="float64", na_value=np.nan)
@@ -146,6 +146,47 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
         return NormalizedColumn("str", arr, mask)
     raise _type_error(op, name, dtype)
+
+
+def common_int_dtype(arrays: Sequence[np.ndarray], op: Any, what: Any) -> np.dtype:
+    """int64 or uint64, whichever holds every value of these integer arrays exactly.
+
+    Raises a TypeError naming the operator and column when neither does (negative values
+    beside unsigned values >= 2**63).
+    """
+    if all(a.dtype == np.int64 for a in arrays):
+        return np.dtype(np.int64)
+    negative = any(a.dtype.kind == "i" and len(a) and a.min() < 0 for a in arrays)
+    above_int64 = any(a.dtype.kind == "u" and len(a) and a.max() > np.iinfo(np.int64).max for a in arrays)
+    if negative and above_int64:
+        raise TypeError(f"{getattr(op, 'label', op)}: column {what!r} holds negative integers and unsigned integers "
+                        ">= 2**63 (in different partitions or columns); no 64-bit integer type holds both: "
+                        "cast the column to one integer type")
+    return np.dtype(np.uint64 if above_int64 else np.int64)
+
+
+def exact_ints(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+    """``values`` (int64, uint64 or float64) as the integer ``dtype`` (int64 or uint64), and a
+    mask of the values that ``dtype`` holds exactly (None when all are).
+
+    The values it cannot hold (a negative number as uint64, 2**63 as int64, a non-integral or
+    out-of-range float) are 0 in the result: callers must mask them out, never match them.
+
+    Example:
+        >>> cast, fits = exact_ints(np.array([-1, 5], dtype=np.int64), np.dtype(np.uint64))
+        >>> cast.tolist(), fits.tolist()
+        ([0, 5], [False, True])
+    """
+    if values.dtype == dtype:
+        return values, None
+    if values.dtype.kind == "f":
+        low, high = (-(2.0**63), 2.0**63) if dtype.kind == "i" else (0.0, 2.0**64)
+        fits = (np.floor(values) == values) & (values >= low) & (values < high)
+    elif dtype.kind == "u":
+        fits = values >= 0
+    else:
+        fits = values <= np.iinfo(np.int64).max
+    return np.where(fits, values, 0).astype(dtype), None if fits.all() else fits
 
 
 def _is_arrow_string(dtype: Any) -> bool:
