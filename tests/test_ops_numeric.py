@@ -334,19 +334,47 @@ def test_bucketize_matches_digitize_and_schema(frame, tmp_path):
     wf = Workflow(["a", "c"] >> Bucketize(bounds), progress=False).fit(Dataset(frame, schema=SCHEMA))
     out = wf.transform(frame)
     for c, b in bounds.items():
-        expected = np.digitize(frame[c].to_numpy(), b, right=False)
+        x = frame[c].to_numpy(dtype=np.float64)
+        expected = np.where(np.isnan(x), len(b) + 1, np.digitize(x, b, right=False))
         np.testing.assert_array_equal(out[c].to_numpy(), expected)
         assert out[c].dtype == np.int64
         col = wf.output_schema[c]
-        assert col.properties["cardinality"] == len(b) + 1
+        assert col.properties["cardinality"] == len(b) + 2
         assert col.has_tag(Tags.CATEGORICAL) and not col.has_tag(Tags.CONTINUOUS)
     assert_frames_identical(save_load(wf, tmp_path).transform(frame), out)
-    same = Bucketize([1.0, 2.0]).transform(["x"], pd.DataFrame({"x": [1.0, 2.0, np.nan, 0.999]}))["x"].tolist()
-    assert same == [1, 2, 2, 0]  # left-closed buckets; NaN in the last, as numpy.digitize
+    same = Bucketize([1.0, 2.0]).transform(["x"], pd.DataFrame({"x": [1.0, 2.0, np.inf, 0.999]}))["x"].tolist()
+    assert same == [1, 2, 2, 0]  # left-closed buckets
     with pytest.raises(ValueError, match="increasing"):
         Bucketize([2.0, 1.0])
     with pytest.raises(KeyError, match="'b'"):
         Bucketize({"a": [1.0]}).transform(["b"], frame)
+
+
+def test_bucketize_nulls_get_their_own_id_not_the_top_bucket(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bounds = [0.0, 10.0]
+    floats = [5.0, None, 99.0, -np.inf, np.inf, float("nan"), 10.0]
+    ints = [5, None, 99, -3, 10, None, 0]
+    table = pa.table({"f": pa.array(floats, type=pa.float64(), from_pandas=False),
+                      "f32": pa.array(floats, type=pa.float32()), "i": pa.array(ints, type=pa.int64())})
+    pq.write_table(table, tmp_path / "data.parquet")  # pyarrow, no pandas metadata: "i" has nulls
+    wf = Workflow(["f", "f32", "i"] >> Bucketize(bounds), progress=False)
+    out = wf.fit(Dataset(str(tmp_path / "data.parquet"))).transform(Dataset(str(tmp_path / "data.parquet"))).compute()
+
+    def by_hand(values):  # numpy.digitize for values, a dedicated id after the top bucket for nulls
+        return [len(bounds) + 1 if v is None or v != v else int(np.digitize(v, bounds)) for v in values]
+
+    assert out["f"].tolist() == out["f32"].tolist() == by_hand(floats) == [1, 3, 2, 0, 2, 3, 2]
+    assert out["i"].tolist() == by_hand(ints) == [1, 3, 2, 0, 2, 3, 1]
+    nullable = pd.DataFrame({"n": pd.array([1, None, 20], dtype="Int32"), "o": pd.Series([1.0, None, 20.0])})
+    assert Bucketize(bounds).transform(["n", "o"], nullable).values.tolist() == [[1, 1], [3, 3], [2, 2]]
+    for name in ["f", "f32", "i"]:
+        props = wf.output_schema[name].properties
+        assert props["cardinality"] == len(bounds) + 2
+        assert props["domain"] == {"min": 0, "max": len(bounds) + 1}
+        assert out[name].max() < props["cardinality"] and out[name].dtype == np.int64
 
 
 # --- distributed --------------------------------------------------------------------------------
