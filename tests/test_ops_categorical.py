@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tabloader as tl
+from tabloader import backend
 from tabloader.ops.base import NotFittedError
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.groupby import JoinGroupby
@@ -266,6 +267,53 @@ def test_categorify_list_column():
     assert [None if v is pd.NA or v is None else list(v) for v in out.tolist()] == expected
     assert wf.output_schema["l"].is_list and wf.output_schema["l"].has_tag("list")
     assert wf.output_schema["l"].properties["cardinality"] == card
+
+
+def expected_list_ids(rows, fit_rows):
+    """Ids of list rows by hand: elements by the contract (null element 1), null lists stay None."""
+    flat = [v for row in fit_rows if row is not None for v in row]
+    elements = [v for row in rows if row is not None for v in row]
+    ids = iter(expected_ids(elements, flat)[0])
+    return [None if row is None else [next(ids) for _ in row] for row in rows]
+
+
+def as_rows(series):
+    return [None if v is None or v is pd.NA else [None if is_null(x) else int(x) if isinstance(x, (int, np.integer))
+                                                  else x for x in v] for v in series.tolist()]
+
+
+def test_categorify_object_column_of_lists_like_arrow_lists(tmp_path):
+    ints = [[3, 1], None, [], [1, 1, None], [2], None]
+    strs = [["a"], ["b", "a"], None, [None], [], None]
+    pq.write_table(pa.table({"l": pa.array(ints), "s": pa.array(strs)}), tmp_path / "lists.parquet")
+    read = pd.read_parquet(tmp_path / "lists.parquet")  # object columns of numpy arrays
+    assert read["l"].dtype == object and isinstance(read["l"].iloc[0], np.ndarray)
+    python_lists = pd.DataFrame({"l": pd.Series(ints, dtype=object), "s": pd.Series(strs, dtype=object)})
+    arrow_lists = pd.DataFrame({c: pd.Series(v, dtype=pd.ArrowDtype(pa.array(v).type)) for c, v in
+                                [("l", ints), ("s", strs)]})
+    for frame in [read, python_lists]:
+        wf = Workflow(["l", "s"] >> Categorify(), progress=False)
+        dataset = tl.Dataset(frame, part_size=1)  # some partitions hold only a null list
+        assert dataset.npartitions == len(frame)
+        out = wf.fit(dataset).transform(dataset).compute()
+        for col, rows in [("l", ints), ("s", strs)]:
+            assert as_rows(out[col]) == expected_list_ids(rows, rows)
+            assert backend.is_list_dtype(out[col].dtype)
+            assert wf.output_schema[col].is_list
+            assert wf.output_schema[col].properties["cardinality"] == expected_ids(
+                [v for row in rows if row for v in row])[1]
+        arrow_out = Workflow(["l", "s"] >> Categorify(), progress=False).fit(arrow_lists).transform(arrow_lists)
+        assert [as_rows(out[c]) for c in "ls"] == [as_rows(arrow_out[c]) for c in "ls"]
+        # a serving request: Python lists, unseen values, a request holding only a null list
+        request = pd.DataFrame({"l": [[1, 9], None, [None]], "s": [["zz", "a"], [], None]})
+        got = wf.transform(request)
+        assert as_rows(got["l"]) == expected_list_ids([[1, 9], None, [None]], ints)
+        assert as_rows(got["s"]) == expected_list_ids([["zz", "a"], [], None], strs)
+        only_null = wf.transform(pd.DataFrame({"l": [None], "s": [np.nan]}))
+        assert as_rows(only_null["l"]) == as_rows(only_null["s"]) == [None]
+        assert backend.is_list_dtype(only_null["l"].dtype) and backend.is_list_dtype(only_null["s"].dtype)
+    with pytest.raises(TypeError, match=r"Categorify: column 'm' holds lists in some rows and other values"):
+        Workflow(["m"] >> Categorify(), progress=False).fit(pd.DataFrame({"m": pd.Series([[1], 2], dtype=object)}))
 
 
 def test_categorify_joint_and_combo():

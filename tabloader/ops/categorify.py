@@ -39,6 +39,7 @@ from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOpera
 from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, check_id_range, common_int_dtype, cross_hash,
                                    exact_ints, hash_values, integer_dtype, map_column, new_frame, normalize_column,
                                    param_for)
+from tabloader.ops.lists import as_list_column, holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 NULL_ID = 1
@@ -192,8 +193,11 @@ class Categorify(CachedLookups, StatOperator):
 
     Columns may be integers (any width, nullable), booleans, strings, categoricals, floats
     (encoded by value; an integral float equals the integer of that value), or list columns of
-    those (``pd.ArrowDtype(pa.list_(...))``: each element is encoded, the lists are kept and
-    the counts are over elements). Other dtypes raise a TypeError naming the column and dtype.
+    those (``pd.ArrowDtype(pa.list_(...))``, or an object column of Python lists or numpy
+    arrays as ``pd.read_parquet`` and serving requests give): each element is encoded, a null
+    element gets the null id 1, a null list stays a null list, the counts are over elements,
+    and the output is an ArrowDtype list column. Other dtypes raise a TypeError naming the
+    column and dtype.
 
     Groups of columns are selected as tuples: with ``encode_type="joint"`` (default) the
     columns of ``("a", "b")`` share one vocabulary (outputs keep each column's name and get
@@ -227,6 +231,9 @@ class Categorify(CachedLookups, StatOperator):
         Per column (or group name): the number of nulls seen at fit.
     cardinalities_ : dict
         Per output column: embedding rows, ``2 + num_buckets + len(vocabulary)``.
+    list_columns_ : list
+        The input columns that held lists at fit (their outputs are list columns in every
+        partition, even one holding only null lists).
 
     The output schema marks each output ``categorical`` and records ``cardinality``,
     ``embedding_dim`` (``min(512, round(1.6 * cardinality ** 0.56))``), ``num_buckets``,
@@ -292,8 +299,10 @@ class Categorify(CachedLookups, StatOperator):
 
     # --- fit -------------------------------------------------------------------------------
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
-        stats = {}
+        stats: dict[str, Any] = {}
+        list_columns = []  # remembered so that a partition holding only null lists still gives lists
         for kind, key, inputs, _ in self._plan(columns):
+            list_columns += [c for c in inputs if kind != "combo" and holds_lists(frame[c])]
             if self._user_vocab(key) is not None:
                 stats[key] = None
                 continue
@@ -303,25 +312,25 @@ class Categorify(CachedLookups, StatOperator):
             else:
                 parts = []
                 for c in inputs:
-                    series = frame[c]
-                    if backend.is_list_dtype(series.dtype):
-                        series = backend.list_flatten(series)[0]
+                    lists = as_list_column(self, c, frame[c])
+                    series = frame[c] if lists is None else backend.list_flatten(lists)[0]
                     col = normalize_column(self, c, series)
                     parts.append(count_values([col], col.mask))
                 merged = parts[0]
                 for p in parts[1:]:
                     merged = self._merge_counts(merged, p, key)
                 stats[key] = merged
-        return stats
+        return {"counts": stats, "list_columns": list_columns}
 
     def _normalize_scalar(self, name: str, series: Any) -> NormalizedColumn:
-        if backend.is_list_dtype(series.dtype):
+        if holds_lists(series):
             raise TypeError(f"{self.label} cannot combine list column {name!r} (dtype {series.dtype}) "
                             "with encode_type='combo'")
         return normalize_column(self, name, series)
 
     def merge(self, left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
-        return {key: self._merge_counts(left[key], right[key], key) for key in left}
+        counts = {key: self._merge_counts(left["counts"][key], right["counts"][key], key) for key in left["counts"]}
+        return {"counts": counts, "list_columns": sorted(set(left["list_columns"]) | set(right["list_columns"]))}
 
     def _merge_counts(self, a: Any, b: Any, key: str) -> Any:
         return merge_counts(a, b, self, key)
@@ -334,7 +343,7 @@ class Categorify(CachedLookups, StatOperator):
                 vocab = self._vocab_from_user(kind, key, inputs, user)
                 nulls[key] = None
             else:
-                stats = merged[key]
+                stats = merged["counts"][key]
                 vocab = self._vocab_from_counts(kind, key, inputs, stats)
                 nulls[key] = int(stats["nulls"])
             vocabularies[key] = vocab
@@ -345,6 +354,7 @@ class Categorify(CachedLookups, StatOperator):
         self.vocabularies_ = vocabularies
         self.null_counts_ = nulls
         self.cardinalities_ = cards
+        self.list_columns_ = list(merged["list_columns"])
         self._lookup = {}
 
     def _value_columns(self, kind: str, inputs: tuple[str, ...]) -> list[str]:
@@ -431,7 +441,8 @@ class Categorify(CachedLookups, StatOperator):
 
     def get_state(self) -> dict[str, Any]:
         keys = list(self.vocabularies_)
-        state: dict[str, Any] = {"keys": keys, "null_counts": self.null_counts_, "cardinalities": self.cardinalities_}
+        state: dict[str, Any] = {"keys": keys, "null_counts": self.null_counts_, "cardinalities": self.cardinalities_,
+                                 "list_columns": self.list_columns_}
         for i, key in enumerate(keys):
             state[f"vocab_{i}"] = self.vocabularies_[key]
         return state
@@ -442,6 +453,7 @@ class Categorify(CachedLookups, StatOperator):
         self.vocabularies_ = {key: state[f"vocab_{i}"] for i, key in enumerate(state["keys"])}
         self.null_counts_ = dict(state["null_counts"])
         self.cardinalities_ = dict(state["cardinalities"])
+        self.list_columns_ = list(state.get("list_columns", []))  # absent from workflows saved before it existed
         self._lookup = {}
 
     # --- transform -------------------------------------------------------------------------
@@ -457,12 +469,13 @@ class Categorify(CachedLookups, StatOperator):
                 out[outputs[0]] = self._ids(pos, base, nb, null_mask(cols, "any"), lambda rows: cross_hash(
                     [c.take(rows) for c in cols]))
                 continue
+            list_columns = getattr(self, "list_columns_", ())
             for name in inputs:
                 def encode(col: NormalizedColumn) -> np.ndarray:
                     pos = lookup.positions([col])
                     return self._ids(pos, base, nb, col.mask, lambda rows: hash_values(col.take(rows)))
 
-                out[name] = map_column(self, name, frame[name], encode)
+                out[name] = map_column(self, name, frame[name], encode, is_list=name in list_columns)
         return new_frame(frame, out)
 
     def _ids(self, pos: np.ndarray, base: int, nb: int, mask: np.ndarray | None, hasher: Any) -> np.ndarray:

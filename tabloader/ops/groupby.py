@@ -27,6 +27,7 @@ from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOpera
 from tabloader.ops.categorify import (ValueLookup, _arrow_to_pandas, _sum_int, as_pandas, concat_keys,
                                       factorize_rows, group_keys, null_mask)
 from tabloader.ops.hashing import NormalizedColumn, new_frame, normalize_column
+from tabloader.ops.lists import holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -44,7 +45,7 @@ def key_groups(columns: Columns) -> list[tuple[str, tuple[str, ...]]]:
 def normalize_keys(op: Any, group: Sequence[str], frame: Any) -> list[NormalizedColumn]:
     cols = []
     for c in group:
-        if backend.is_list_dtype(frame[c].dtype):
+        if holds_lists(frame[c]):
             raise TypeError(f"{op.label} cannot group by list column {c!r} (dtype {frame[c].dtype})")
         cols.append(normalize_column(op, c, frame[c]))
     return cols

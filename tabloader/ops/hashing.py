@@ -34,6 +34,7 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import Columns, Operator, flatten_columns, group_name
+from tabloader.ops.lists import as_list_column, holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 #: The hash a null component contributes to a cross (an arbitrary fixed 64-bit constant).
@@ -243,10 +244,13 @@ def new_frame(like: Any, columns: dict[str, Any]) -> Any:
     return lib.DataFrame(columns, index=like.index, copy=False)  # no consolidation copy
 
 
-def map_column(op: Any, name: Any, series: Any, encode: Any) -> Any:
-    """Apply ``encode(NormalizedColumn) -> ndarray`` to a column; list columns element-wise (lists kept)."""
-    if backend.is_list_dtype(series.dtype):
-        values, rebuild = backend.list_flatten(series)
+def map_column(op: Any, name: Any, series: Any, encode: Any, is_list: bool = False) -> Any:
+    """Apply ``encode(NormalizedColumn) -> ndarray`` to a column; list columns element-wise (lists
+    kept; an object column of lists gives an ArrowDtype list column, see
+    :func:`~tabloader.ops.lists.as_list_column`, which also explains ``is_list``)."""
+    lists = as_list_column(op, name, series, is_list)
+    if lists is not None:
+        values, rebuild = backend.list_flatten(lists)
         return rebuild(encode(normalize_column(op, name, values)))
     return encode(normalize_column(op, name, series))
 
@@ -404,10 +408,10 @@ class HashedCross(Operator):
             nb = param_for(self.num_buckets, name, None)
             if nb is None:
                 raise KeyError(f"HashedCross: num_buckets has no entry for {name!r}")
-            cols = [normalize_column(self, c, frame[c]) for c in group]
-            for c, col in zip(group, cols):
-                if backend.is_list_dtype(frame[c].dtype):
+            for c in group:
+                if holds_lists(frame[c]):
                     raise TypeError(f"HashedCross cannot cross list column {c!r} (dtype {frame[c].dtype})")
+            cols = [normalize_column(self, c, frame[c]) for c in group]
             ids = (cross_hash(cols) % np.uint64(int(nb) - 1) + np.uint64(1)).astype(self.dtype)
             masks = [c.mask for c in cols]
             if all(m is not None for m in masks):
