@@ -99,6 +99,52 @@ def test_fill_missing_keeps_inf():
     assert FillMissing(0).transform(["x"], df)["x"].tolist() == [np.inf, 0.0, -np.inf]
 
 
+def rows_from_loader(loader, name):
+    """The list rows of column ``name`` over one epoch, rebuilt from the (values, offsets) pairs."""
+    rows = []
+    for features, _ in loader:
+        values, offsets = features[name]
+        rows += [values[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+    return rows
+
+
+def test_fill_missing_fills_null_lists_and_the_loader_takes_them(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tabloader.loader import Loader, LoaderReadError
+
+    ints = [[3, None, 1], None, [], [4], None, [None, None], [7, 8]]
+    other = [None, [1, 2], None, [], [5], None, [6]]
+    table = pa.table({"l": pa.array(ints, type=pa.list_(pa.int64())), "m": pa.array(other, type=pa.list_(pa.int32())),
+                      "y": pa.array(np.arange(len(ints), dtype=np.float32))})
+    pq.write_table(table, tmp_path / "raw.parquet", row_group_size=3)  # pyarrow, no pandas metadata
+    raw = Dataset(str(tmp_path / "raw.parquet"), part_size=1)
+    assert raw.npartitions == 3
+    with pytest.raises(LoaderReadError, match=r"'l'.*FillMissing\(\[\.\.\.\]\) fills null lists"):
+        list(Loader(raw, batch_size=4, shuffle=False, categorical=["l"], continuous=[], target="y"))
+
+    wf = Workflow((["l"] >> FillMissing()) + (["m"] >> FillMissing([-1, -2], add_binary_cols=True)) + ["y"],
+                  progress=False).fit(raw)
+    assert wf.output_schema["l"].is_list and wf.output_schema["m"].is_list
+    loader = Loader(wf.transform(raw), batch_size=4, shuffle=False, categorical=["l", "m"], continuous=[], target="y")
+    # by hand: FillMissing() -> null lists [] and null elements 0; FillMissing([-1, -2]) -> null lists [-1, -2]
+    assert rows_from_loader(loader, "l") == [[3, 0, 1], [], [], [4], [], [0, 0], [7, 8]]
+    assert rows_from_loader(loader, "m") == [[-1, -2], [1, 2], [-1, -2], [], [5], [-1, -2], [6]]
+    out = wf.transform(raw).compute()
+    assert out["m_filled"].tolist() == [row is None for row in other]
+    assert out["m"].dtype.pyarrow_dtype == pa.list_(pa.int32())
+
+    # object columns of Python lists (a serving request, pd.read_parquet) come out as list columns too
+    request = pd.DataFrame({"l": pd.Series([[1, None], np.nan, None], dtype=object),
+                            "m": pd.Series([None, [9], None], dtype=object), "y": [0.0, 1.0, 2.0]})
+    served = wf.transform(request)
+    assert [list(v) for v in served["l"]] == [[1, 0], [], []]
+    assert [list(v) for v in served["m"]] == [[-1, -2], [9], [-1, -2]]
+    with pytest.raises(TypeError, match=r"FillMissing cannot fill list column 's'.*'x'"):
+        FillMissing("x").transform(["s"], pd.DataFrame({"s": pd.Series([[1, None]], dtype=object)}))
+
+
 def test_fill_missing_empty_partition():
     df = pd.DataFrame({"x": np.array([], dtype=np.float64)})
     out = Workflow(["x"] >> FillMissing(0, add_binary_cols=True), progress=False).fit_transform(df)
