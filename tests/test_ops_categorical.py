@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tabloader as tl
+from tabloader import backend
 from tabloader.ops.base import NotFittedError
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.groupby import JoinGroupby
@@ -159,6 +160,70 @@ def test_categorify_unseen_values_go_to_oov():
     assert wf.transform(test)["c"].tolist()[1] == 2 + py_hash("zzz") % 5
 
 
+TOP = 2**64 - 1  # the largest uint64
+HALF = 2**63  # the smallest uint64 an int64 cannot hold
+
+
+def test_categorify_uint64_orders_by_true_value_and_unseen_negatives_go_to_oov(tmp_path):
+    # every value twice: the order is decided by the tie-break on the value alone
+    fit_values = [TOP, TOP, HALF, HALF, 5, 5, HALF - 1, HALF - 1, HALF + 1, HALF + 1, TOP - 1, TOP - 1, 0, 0, 7]
+    table = pa.table({"c": pa.array(fit_values, type=pa.uint64())})
+    pq.write_table(table, tmp_path / "ids.parquet", row_group_size=4)  # pyarrow, no pandas metadata
+    assert table.schema.metadata is None
+    op = Categorify(num_buckets=3)
+    dataset = tl.Dataset(str(tmp_path / "ids.parquet"), part_size=1)
+    assert dataset.npartitions > 1
+    wf = Workflow(["c"] >> op, progress=False).fit(dataset)
+    assert op.vocabularies_["c"]["value"].tolist() == [0, 5, HALF - 1, HALF, HALF + 1, TOP - 1, TOP, 7]
+
+    fitted_here = wf.transform(tl.Dataset(str(tmp_path / "ids.parquet"))).compute()["c"].tolist()
+    assert fitted_here == expected_ids(fit_values, num_buckets=3)[0]
+    # serving requests arrive as int64 (or as floats): negatives were never seen, so they are OOV,
+    # never the vocabulary entry whose uint64 bits they share (-1 is the bits of 2**64 - 1)
+    request = [-1, -2, -(2**63), 5, HALF - 1, 3]
+    got = wf.transform(pd.DataFrame({"c": pd.array(request, dtype="Int64")}))["c"].tolist()
+    assert got == expected_ids(request, fit_values, num_buckets=3)[0]
+    assert all(2 <= i < 5 for i in got[:3])
+    floats = [float(HALF), -1.0, 5.0, 2.0**64]
+    got = wf.transform(pd.DataFrame({"c": floats}))["c"].tolist()
+    assert got[0] == expected_ids([HALF], fit_values, num_buckets=3)[0][0]
+    assert got[2] == expected_ids([5], fit_values, num_buckets=3)[0][0]
+    assert all(2 <= i < 5 for i in (got[1], got[3]))
+
+
+@pytest.mark.parametrize("widths", [["int8", "Int16", "uint32", "int64", "uint64"],
+                                    ["uint8", "UInt16", "UInt64", "uint32", "uint64"]])
+def test_categorify_fit_over_partitions_of_different_integer_widths(widths):
+    rng = np.random.default_rng(1)
+    parts = []
+    for i, dtype in enumerate(widths):
+        info = np.iinfo(pd.api.types.pandas_dtype(dtype.lower()))
+        lo = int(info.min)
+        hi = min(int(info.max), 2**63 - 1) if widths[0] == "int8" else int(info.max)  # no negative beside >= 2**63
+        # each extreme once: ties, so their order is decided by value alone
+        values = [lo + i, hi - 2 * i, hi - 2 * i - 1] + [int(v) for v in rng.integers(0, 4, 10)]
+        parts.append(pd.DataFrame({"c": pd.Series(values + [None] * dtype[0].isupper(), dtype=dtype)}))
+    op = Categorify()
+    partials = [op.fit_partial(["c"], part) for part in parts]
+    merged = partials[0]
+    for p in partials[1:]:  # one of the orders Workflow.fit's tree reduction may take
+        merged = op.merge(merged, p)
+    op.finalize(["c"], merged)
+    pooled = [None if is_null(v) else int(v) for part in parts for v in part["c"].tolist()]
+    for part in parts:
+        values = [None if is_null(v) else int(v) for v in part["c"].tolist()]
+        assert op.transform(["c"], part)["c"].tolist() == expected_ids(values, pooled)[0]
+    assert op.null_counts_["c"] == sum(v is None for v in pooled)
+
+
+def test_categorify_negative_and_uint64_above_int64_in_one_column_is_a_clear_error():
+    op = Categorify()
+    a = op.fit_partial(["c"], pd.DataFrame({"c": pd.Series([-1, 2], dtype="int64")}))
+    b = op.fit_partial(["c"], pd.DataFrame({"c": pd.Series([HALF], dtype="uint64")}))
+    with pytest.raises(TypeError, match=r"Categorify: column 'c' holds negative integers and unsigned"):
+        op.merge(a, b)
+
+
 def test_categorify_all_null_and_empty_partitions(tmp_path):
     df = pd.DataFrame({"c": pd.array([None] * 6, dtype="Int64"), "s": pd.Series([None] * 6, dtype="str")})
     wf, out = fit_transform(Categorify(), ["c", "s"], df, part_size=8)
@@ -202,6 +267,53 @@ def test_categorify_list_column():
     assert [None if v is pd.NA or v is None else list(v) for v in out.tolist()] == expected
     assert wf.output_schema["l"].is_list and wf.output_schema["l"].has_tag("list")
     assert wf.output_schema["l"].properties["cardinality"] == card
+
+
+def expected_list_ids(rows, fit_rows):
+    """Ids of list rows by hand: elements by the contract (null element 1), null lists stay None."""
+    flat = [v for row in fit_rows if row is not None for v in row]
+    elements = [v for row in rows if row is not None for v in row]
+    ids = iter(expected_ids(elements, flat)[0])
+    return [None if row is None else [next(ids) for _ in row] for row in rows]
+
+
+def as_rows(series):
+    return [None if v is None or v is pd.NA else [None if is_null(x) else int(x) if isinstance(x, (int, np.integer))
+                                                  else x for x in v] for v in series.tolist()]
+
+
+def test_categorify_object_column_of_lists_like_arrow_lists(tmp_path):
+    ints = [[3, 1], None, [], [1, 1, None], [2], None]
+    strs = [["a"], ["b", "a"], None, [None], [], None]
+    pq.write_table(pa.table({"l": pa.array(ints), "s": pa.array(strs)}), tmp_path / "lists.parquet")
+    read = pd.read_parquet(tmp_path / "lists.parquet")  # object columns of numpy arrays
+    assert read["l"].dtype == object and isinstance(read["l"].iloc[0], np.ndarray)
+    python_lists = pd.DataFrame({"l": pd.Series(ints, dtype=object), "s": pd.Series(strs, dtype=object)})
+    arrow_lists = pd.DataFrame({c: pd.Series(v, dtype=pd.ArrowDtype(pa.array(v).type)) for c, v in
+                                [("l", ints), ("s", strs)]})
+    for frame in [read, python_lists]:
+        wf = Workflow(["l", "s"] >> Categorify(), progress=False)
+        dataset = tl.Dataset(frame, part_size=1)  # some partitions hold only a null list
+        assert dataset.npartitions == len(frame)
+        out = wf.fit(dataset).transform(dataset).compute()
+        for col, rows in [("l", ints), ("s", strs)]:
+            assert as_rows(out[col]) == expected_list_ids(rows, rows)
+            assert backend.is_list_dtype(out[col].dtype)
+            assert wf.output_schema[col].is_list
+            assert wf.output_schema[col].properties["cardinality"] == expected_ids(
+                [v for row in rows if row for v in row])[1]
+        arrow_out = Workflow(["l", "s"] >> Categorify(), progress=False).fit(arrow_lists).transform(arrow_lists)
+        assert [as_rows(out[c]) for c in "ls"] == [as_rows(arrow_out[c]) for c in "ls"]
+        # a serving request: Python lists, unseen values, a request holding only a null list
+        request = pd.DataFrame({"l": [[1, 9], None, [None]], "s": [["zz", "a"], [], None]})
+        got = wf.transform(request)
+        assert as_rows(got["l"]) == expected_list_ids([[1, 9], None, [None]], ints)
+        assert as_rows(got["s"]) == expected_list_ids([["zz", "a"], [], None], strs)
+        only_null = wf.transform(pd.DataFrame({"l": [None], "s": [np.nan]}))
+        assert as_rows(only_null["l"]) == as_rows(only_null["s"]) == [None]
+        assert backend.is_list_dtype(only_null["l"].dtype) and backend.is_list_dtype(only_null["s"].dtype)
+    with pytest.raises(TypeError, match=r"Categorify: column 'm' holds lists in some rows and other values"):
+        Workflow(["m"] >> Categorify(), progress=False).fit(pd.DataFrame({"m": pd.Series([[1], 2], dtype=object)}))
 
 
 def test_categorify_joint_and_combo():
@@ -272,6 +384,25 @@ def test_hashed_cross_matches_python_hash_and_schema():
     assert col.properties["cardinality"] == 101 and col.has_tag("categorical")
 
 
+def test_hashing_dtype_too_narrow_for_num_buckets_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"HashBucket: every column with num_buckets=1000 .* int8"):
+        HashBucket(1000, dtype="int8")
+    with pytest.raises(ValueError, match=r"HashBucket: column 'c' with num_buckets=300 .* uint8"):
+        HashBucket({"b": 10, "c": 300}, dtype="uint8")
+    with pytest.raises(ValueError, match=r"HashedCross: column 'a_b' with num_buckets=40000 .* int16"):
+        HashedCross({"a_b": 40000}, dtype="int16")
+    with pytest.raises(ValueError, match=r"HashedCross: dtype must be a numpy integer dtype"):
+        HashedCross(10, dtype="float32")
+    # the widest table each dtype holds: every id in range and equal to the Python hash
+    df = pd.DataFrame({"a": np.arange(500), "b": [f"s{i % 37}" for i in range(500)]})
+    for dtype, nb in [("int8", 128), ("uint8", 256)]:
+        ids = HashBucket(nb, dtype=dtype).transform(["a"], df)["a"]
+        assert ids.dtype == np.dtype(dtype)
+        assert ids.tolist() == [1 + py_hash(v) % (nb - 1) for v in range(500)]
+        crossed = HashedCross(nb, dtype=dtype).transform([("a", "b")], df)["a_b"]
+        assert crossed.tolist() == [1 + py_cross([a, b]) % (nb - 1) for a, b in zip(df["a"], df["b"])]
+
+
 # --- JoinGroupby --------------------------------------------------------------------------
 def test_join_groupby_matches_pandas_and_partitions(tmp_path):
     df = sample_frame(600)
@@ -298,6 +429,24 @@ def test_join_groupby_matches_pandas_and_partitions(tmp_path):
         JoinGroupby(["x"]).transform(["i"], df)
     with pytest.raises(TypeError, match="JoinGroupby.*'s'"):
         JoinGroupby(["s"]).fit_partial(["i"], df)
+
+
+@pytest.mark.parametrize("stats", [["sum", "mean", "max"], ["std"], ["min", "count", "var"]])
+def test_join_groupby_without_count_keeps_each_stat_under_its_name(stats):
+    df = pd.DataFrame({"c": ["a", "a", "b", "b", "b", "c"], "x": [1.0, 3.0, 5.0, 6.0, 10.0, 2.0],
+                       "y": [0.5, 0.5, 1.0, 4.0, 9.0, 7.0]})
+    _, out = fit_transform(JoinGroupby(["x", "y"], stats=stats), ["c"], df, part_size=100)
+    expected_names = (["c_count"] if "count" in stats else []) + \
+        [f"c_{col}_{s}" for col in ["x", "y"] for s in stats if s != "count"]
+    assert out.columns.tolist() == expected_names
+    counts = df.groupby("c")["x"].size()
+    for col in ["x", "y"]:
+        agg = df.groupby("c")[col].agg(["sum", "mean", "std", "var", "min", "max"])
+        for s in stats:
+            if s == "count":
+                assert out["c_count"].tolist() == counts.loc[df["c"]].tolist()
+            else:
+                np.testing.assert_allclose(out[f"c_{col}_{s}"], agg.loc[df["c"], s].to_numpy(), rtol=1e-12)
 
 
 # --- TargetEncoding -----------------------------------------------------------------------

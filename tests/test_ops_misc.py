@@ -358,3 +358,15 @@ def test_two_worker_cluster_gives_identical_results(frame):
             got = remote.transform(many_parts(frame)).compute()
     assert remote.output_schema == local.output_schema
     assert_identical(got, expected)
+
+
+def test_list_ops_take_object_columns_whose_null_lists_are_nan():
+    # pd.read_parquet and pandas reindexing give NaN (not None) for a missing list
+    rows = [[1, 2, 3], np.nan, [4], None, []]
+    df = pd.DataFrame({"l": pd.Series(rows, dtype=object)})
+    sliced = ListSlice(0, 2).transform(["l"], df)["l"].tolist()
+    assert [None if x is pd.NA else list(x) for x in sliced] == [[1, 2], None, [4], None, []]
+    stats = Workflow(["l"] >> ValueCount(), progress=False).fit(df).stat_nodes[0].op.stats_
+    assert stats == {"l": {"min": 0, "max": 3}}
+    with pytest.raises(TypeError, match=r"ListSlice: column 'l' holds lists in some rows and other values"):
+        ListSlice(0, 1).transform(["l"], pd.DataFrame({"l": pd.Series([[1], 5], dtype=object)}))

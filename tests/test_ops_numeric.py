@@ -99,6 +99,52 @@ def test_fill_missing_keeps_inf():
     assert FillMissing(0).transform(["x"], df)["x"].tolist() == [np.inf, 0.0, -np.inf]
 
 
+def rows_from_loader(loader, name):
+    """The list rows of column ``name`` over one epoch, rebuilt from the (values, offsets) pairs."""
+    rows = []
+    for features, _ in loader:
+        values, offsets = features[name]
+        rows += [values[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+    return rows
+
+
+def test_fill_missing_fills_null_lists_and_the_loader_takes_them(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tabloader.loader import Loader, LoaderReadError
+
+    ints = [[3, None, 1], None, [], [4], None, [None, None], [7, 8]]
+    other = [None, [1, 2], None, [], [5], None, [6]]
+    table = pa.table({"l": pa.array(ints, type=pa.list_(pa.int64())), "m": pa.array(other, type=pa.list_(pa.int32())),
+                      "y": pa.array(np.arange(len(ints), dtype=np.float32))})
+    pq.write_table(table, tmp_path / "raw.parquet", row_group_size=3)  # pyarrow, no pandas metadata
+    raw = Dataset(str(tmp_path / "raw.parquet"), part_size=1)
+    assert raw.npartitions == 3
+    with pytest.raises(LoaderReadError, match=r"'l'.*FillMissing\(\[\.\.\.\]\) fills null lists"):
+        list(Loader(raw, batch_size=4, shuffle=False, categorical=["l"], continuous=[], target="y"))
+
+    wf = Workflow((["l"] >> FillMissing()) + (["m"] >> FillMissing([-1, -2], add_binary_cols=True)) + ["y"],
+                  progress=False).fit(raw)
+    assert wf.output_schema["l"].is_list and wf.output_schema["m"].is_list
+    loader = Loader(wf.transform(raw), batch_size=4, shuffle=False, categorical=["l", "m"], continuous=[], target="y")
+    # by hand: FillMissing() -> null lists [] and null elements 0; FillMissing([-1, -2]) -> null lists [-1, -2]
+    assert rows_from_loader(loader, "l") == [[3, 0, 1], [], [], [4], [], [0, 0], [7, 8]]
+    assert rows_from_loader(loader, "m") == [[-1, -2], [1, 2], [-1, -2], [], [5], [-1, -2], [6]]
+    out = wf.transform(raw).compute()
+    assert out["m_filled"].tolist() == [row is None for row in other]
+    assert out["m"].dtype.pyarrow_dtype == pa.list_(pa.int32())
+
+    # object columns of Python lists (a serving request, pd.read_parquet) come out as list columns too
+    request = pd.DataFrame({"l": pd.Series([[1, None], np.nan, None], dtype=object),
+                            "m": pd.Series([None, [9], None], dtype=object), "y": [0.0, 1.0, 2.0]})
+    served = wf.transform(request)
+    assert [list(v) for v in served["l"]] == [[1, 0], [], []]
+    assert [list(v) for v in served["m"]] == [[-1, -2], [9], [-1, -2]]
+    with pytest.raises(TypeError, match=r"FillMissing cannot fill list column 's'.*'x'"):
+        FillMissing("x").transform(["s"], pd.DataFrame({"s": pd.Series([[1, None]], dtype=object)}))
+
+
 def test_fill_missing_empty_partition():
     df = pd.DataFrame({"x": np.array([], dtype=np.float64)})
     out = Workflow(["x"] >> FillMissing(0, add_binary_cols=True), progress=False).fit_transform(df)
@@ -334,19 +380,47 @@ def test_bucketize_matches_digitize_and_schema(frame, tmp_path):
     wf = Workflow(["a", "c"] >> Bucketize(bounds), progress=False).fit(Dataset(frame, schema=SCHEMA))
     out = wf.transform(frame)
     for c, b in bounds.items():
-        expected = np.digitize(frame[c].to_numpy(), b, right=False)
+        x = frame[c].to_numpy(dtype=np.float64)
+        expected = np.where(np.isnan(x), len(b) + 1, np.digitize(x, b, right=False))
         np.testing.assert_array_equal(out[c].to_numpy(), expected)
         assert out[c].dtype == np.int64
         col = wf.output_schema[c]
-        assert col.properties["cardinality"] == len(b) + 1
+        assert col.properties["cardinality"] == len(b) + 2
         assert col.has_tag(Tags.CATEGORICAL) and not col.has_tag(Tags.CONTINUOUS)
     assert_frames_identical(save_load(wf, tmp_path).transform(frame), out)
-    same = Bucketize([1.0, 2.0]).transform(["x"], pd.DataFrame({"x": [1.0, 2.0, np.nan, 0.999]}))["x"].tolist()
-    assert same == [1, 2, 2, 0]  # left-closed buckets; NaN in the last, as numpy.digitize
+    same = Bucketize([1.0, 2.0]).transform(["x"], pd.DataFrame({"x": [1.0, 2.0, np.inf, 0.999]}))["x"].tolist()
+    assert same == [1, 2, 2, 0]  # left-closed buckets
     with pytest.raises(ValueError, match="increasing"):
         Bucketize([2.0, 1.0])
     with pytest.raises(KeyError, match="'b'"):
         Bucketize({"a": [1.0]}).transform(["b"], frame)
+
+
+def test_bucketize_nulls_get_their_own_id_not_the_top_bucket(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bounds = [0.0, 10.0]
+    floats = [5.0, None, 99.0, -np.inf, np.inf, float("nan"), 10.0]
+    ints = [5, None, 99, -3, 10, None, 0]
+    table = pa.table({"f": pa.array(floats, type=pa.float64(), from_pandas=False),
+                      "f32": pa.array(floats, type=pa.float32()), "i": pa.array(ints, type=pa.int64())})
+    pq.write_table(table, tmp_path / "data.parquet")  # pyarrow, no pandas metadata: "i" has nulls
+    wf = Workflow(["f", "f32", "i"] >> Bucketize(bounds), progress=False)
+    out = wf.fit(Dataset(str(tmp_path / "data.parquet"))).transform(Dataset(str(tmp_path / "data.parquet"))).compute()
+
+    def by_hand(values):  # numpy.digitize for values, a dedicated id after the top bucket for nulls
+        return [len(bounds) + 1 if v is None or v != v else int(np.digitize(v, bounds)) for v in values]
+
+    assert out["f"].tolist() == out["f32"].tolist() == by_hand(floats) == [1, 3, 2, 0, 2, 3, 2]
+    assert out["i"].tolist() == by_hand(ints) == [1, 3, 2, 0, 2, 3, 1]
+    nullable = pd.DataFrame({"n": pd.array([1, None, 20], dtype="Int32"), "o": pd.Series([1.0, None, 20.0])})
+    assert Bucketize(bounds).transform(["n", "o"], nullable).values.tolist() == [[1, 1], [3, 3], [2, 2]]
+    for name in ["f", "f32", "i"]:
+        props = wf.output_schema[name].properties
+        assert props["cardinality"] == len(bounds) + 2
+        assert props["domain"] == {"min": 0, "max": len(bounds) + 1}
+        assert out[name].max() < props["cardinality"] and out[name].dtype == np.int64
 
 
 # --- distributed --------------------------------------------------------------------------------

@@ -104,8 +104,10 @@ class PartitionReader:
             if nulls:
                 raise LoaderReadError(
                     f"column {name!r} has {nulls} null value(s) in partition {index} ({self.describe(index)}); "
-                    "the loader cannot hand nulls to a framework: fill them first (for instance with a "
-                    "FillMissing op) or leave the column out")
+                    "the loader cannot hand nulls to a framework: fill them first with a workflow (FillMissing(0) "
+                    "fills nulls, and null elements of list columns, whose null lists become []; "
+                    "FillMissing([...]) fills null lists with that list; Categorify encodes a null as 1) "
+                    "or leave the column out")
 
 
 class ReadAhead:

@@ -9,8 +9,12 @@ Encoding contract (see ``DESIGN.md``):
   more, a value goes to ``2 + hash(value) % num_buckets`` with the hashes of
   :mod:`tabloader.ops.hashing` (identical on CPU and GPU);
 * ``2 + num_buckets + i``: the ``i``-th vocabulary value, the vocabulary being sorted by
-  descending count, ties by ascending value (numbers numerically, strings by code point;
-  combinations by their values in column order).
+  descending count, ties by ascending value (numbers numerically -- integers by their true
+  value whatever their width and signedness, so uint64 values >= 2**63 come after small ones
+  --, strings by code point; combinations by their values in column order).
+
+Lookups match by value: an integer the vocabulary's type cannot hold (a negative id against
+a uint64 vocabulary, a non-integral float) is unseen and goes to OOV.
 
 The module also holds the key machinery (:class:`ValueLookup`, :func:`factorize_rows`) that
 :mod:`~tabloader.ops.groupby` and :mod:`~tabloader.ops.target_encoding` share.
@@ -32,8 +36,10 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
-from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, cross_hash, hash_values, map_column,
-                                   new_frame, normalize_column, param_for)
+from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, check_id_range, common_int_dtype, cross_hash,
+                                   exact_ints, hash_values, integer_dtype, map_column, new_frame, normalize_column,
+                                   param_for)
+from tabloader.ops.lists import as_list_column, holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 NULL_ID = 1
@@ -114,8 +120,9 @@ class ValueLookup:
 
         if kind == "str":
             return pa.array(values.to_numpy(dtype=object) if len(values) else [], type=pa.string())
-        if kind == "int":
-            return pd.Index(values.to_numpy(dtype=np.int64))
+        if kind == "int":  # uint64 stays uint64: its values >= 2**63 are no negative numbers
+            ints = values.to_numpy()
+            return pd.Index(ints if ints.dtype == np.uint64 else ints.astype(np.int64))
         if kind == "float":
             return pd.Index(values.to_numpy(dtype=np.float64))
         return pd.Index(np.zeros(0, np.int64))
@@ -143,11 +150,11 @@ class ValueLookup:
             pos = pc.index_in(col.values, value_set=level)
             return pos.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         values = col.values
-        if kind == "int" and col.kind == "float":
-            integral = (np.floor(values) == values) & (np.abs(values) < 2.0**63)
-            pos = level.get_indexer(np.where(integral, values, 0).astype(np.int64))
-            return np.where(integral, pos, -1).astype(np.int64, copy=False)
-        if kind == "float" and col.kind == "int":
+        if kind == "int":  # match by value: a query the level's dtype cannot hold is unseen
+            values, fits = exact_ints(values, level.dtype)
+            pos = level.get_indexer(values).astype(np.int64, copy=False)
+            return pos if fits is None else np.where(fits, pos, -1)
+        if col.kind == "int":
             values = values.astype(np.float64)
         return level.get_indexer(values).astype(np.int64, copy=False)
 
@@ -186,8 +193,11 @@ class Categorify(CachedLookups, StatOperator):
 
     Columns may be integers (any width, nullable), booleans, strings, categoricals, floats
     (encoded by value; an integral float equals the integer of that value), or list columns of
-    those (``pd.ArrowDtype(pa.list_(...))``: each element is encoded, the lists are kept and
-    the counts are over elements). Other dtypes raise a TypeError naming the column and dtype.
+    those (``pd.ArrowDtype(pa.list_(...))``, or an object column of Python lists or numpy
+    arrays as ``pd.read_parquet`` and serving requests give): each element is encoded, a null
+    element gets the null id 1, a null list stays a null list, the counts are over elements,
+    and the output is an ArrowDtype list column. Other dtypes raise a TypeError naming the
+    column and dtype.
 
     Groups of columns are selected as tuples: with ``encode_type="joint"`` (default) the
     columns of ``("a", "b")`` share one vocabulary (outputs keep each column's name and get
@@ -221,6 +231,9 @@ class Categorify(CachedLookups, StatOperator):
         Per column (or group name): the number of nulls seen at fit.
     cardinalities_ : dict
         Per output column: embedding rows, ``2 + num_buckets + len(vocabulary)``.
+    list_columns_ : list
+        The input columns that held lists at fit (their outputs are list columns in every
+        partition, even one holding only null lists).
 
     The output schema marks each output ``categorical`` and records ``cardinality``,
     ``embedding_dim`` (``min(512, round(1.6 * cardinality ** 0.56))``), ``num_buckets``,
@@ -254,8 +267,7 @@ class Categorify(CachedLookups, StatOperator):
         for nb in (num_buckets.values() if isinstance(num_buckets, Mapping) else [num_buckets]):
             if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1:
                 raise ValueError(f"Categorify: num_buckets must be an integer >= 1, got {nb!r}")
-        if not np.issubdtype(np.dtype(dtype), np.integer):
-            raise ValueError(f"Categorify: dtype must be an integer dtype, got {dtype!r}")
+        integer_dtype(self, dtype)
 
     # --- plan: which vocabulary each selected column uses ----------------------------------
     def _plan(self, columns: Columns) -> list[tuple[str, str, tuple[str, ...], list[str]]]:
@@ -287,8 +299,10 @@ class Categorify(CachedLookups, StatOperator):
 
     # --- fit -------------------------------------------------------------------------------
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
-        stats = {}
+        stats: dict[str, Any] = {}
+        list_columns = []  # remembered so that a partition holding only null lists still gives lists
         for kind, key, inputs, _ in self._plan(columns):
+            list_columns += [c for c in inputs if kind != "combo" and holds_lists(frame[c])]
             if self._user_vocab(key) is not None:
                 stats[key] = None
                 continue
@@ -298,25 +312,25 @@ class Categorify(CachedLookups, StatOperator):
             else:
                 parts = []
                 for c in inputs:
-                    series = frame[c]
-                    if backend.is_list_dtype(series.dtype):
-                        series = backend.list_flatten(series)[0]
+                    lists = as_list_column(self, c, frame[c])
+                    series = frame[c] if lists is None else backend.list_flatten(lists)[0]
                     col = normalize_column(self, c, series)
                     parts.append(count_values([col], col.mask))
                 merged = parts[0]
                 for p in parts[1:]:
                     merged = self._merge_counts(merged, p, key)
                 stats[key] = merged
-        return stats
+        return {"counts": stats, "list_columns": list_columns}
 
     def _normalize_scalar(self, name: str, series: Any) -> NormalizedColumn:
-        if backend.is_list_dtype(series.dtype):
+        if holds_lists(series):
             raise TypeError(f"{self.label} cannot combine list column {name!r} (dtype {series.dtype}) "
                             "with encode_type='combo'")
         return normalize_column(self, name, series)
 
     def merge(self, left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
-        return {key: self._merge_counts(left[key], right[key], key) for key in left}
+        counts = {key: self._merge_counts(left["counts"][key], right["counts"][key], key) for key in left["counts"]}
+        return {"counts": counts, "list_columns": sorted(set(left["list_columns"]) | set(right["list_columns"]))}
 
     def _merge_counts(self, a: Any, b: Any, key: str) -> Any:
         return merge_counts(a, b, self, key)
@@ -329,19 +343,18 @@ class Categorify(CachedLookups, StatOperator):
                 vocab = self._vocab_from_user(kind, key, inputs, user)
                 nulls[key] = None
             else:
-                stats = merged[key]
+                stats = merged["counts"][key]
                 vocab = self._vocab_from_counts(kind, key, inputs, stats)
                 nulls[key] = int(stats["nulls"])
             vocabularies[key] = vocab
             card = OOV_START + self._buckets(key) + len(vocab)
-            if card - 1 > np.iinfo(np.dtype(self.dtype)).max:
-                raise ValueError(f"{self.label}: {key!r} needs ids up to {card - 1}, which dtype {self.dtype} "
-                                 "cannot hold; use a wider dtype or set max_size")
+            check_id_range(self, f"column {key!r}", card - 1, self.dtype, "use a wider dtype or set max_size")
             for out in outputs:
                 cards[out] = card
         self.vocabularies_ = vocabularies
         self.null_counts_ = nulls
         self.cardinalities_ = cards
+        self.list_columns_ = list(merged["list_columns"])
         self._lookup = {}
 
     def _value_columns(self, kind: str, inputs: tuple[str, ...]) -> list[str]:
@@ -428,7 +441,8 @@ class Categorify(CachedLookups, StatOperator):
 
     def get_state(self) -> dict[str, Any]:
         keys = list(self.vocabularies_)
-        state: dict[str, Any] = {"keys": keys, "null_counts": self.null_counts_, "cardinalities": self.cardinalities_}
+        state: dict[str, Any] = {"keys": keys, "null_counts": self.null_counts_, "cardinalities": self.cardinalities_,
+                                 "list_columns": self.list_columns_}
         for i, key in enumerate(keys):
             state[f"vocab_{i}"] = self.vocabularies_[key]
         return state
@@ -439,6 +453,7 @@ class Categorify(CachedLookups, StatOperator):
         self.vocabularies_ = {key: state[f"vocab_{i}"] for i, key in enumerate(state["keys"])}
         self.null_counts_ = dict(state["null_counts"])
         self.cardinalities_ = dict(state["cardinalities"])
+        self.list_columns_ = list(state.get("list_columns", []))  # absent from workflows saved before it existed
         self._lookup = {}
 
     # --- transform -------------------------------------------------------------------------
@@ -454,12 +469,13 @@ class Categorify(CachedLookups, StatOperator):
                 out[outputs[0]] = self._ids(pos, base, nb, null_mask(cols, "any"), lambda rows: cross_hash(
                     [c.take(rows) for c in cols]))
                 continue
+            list_columns = getattr(self, "list_columns_", ())
             for name in inputs:
                 def encode(col: NormalizedColumn) -> np.ndarray:
                     pos = lookup.positions([col])
                     return self._ids(pos, base, nb, col.mask, lambda rows: hash_values(col.take(rows)))
 
-                out[name] = map_column(self, name, frame[name], encode)
+                out[name] = map_column(self, name, frame[name], encode, is_list=name in list_columns)
         return new_frame(frame, out)
 
     def _ids(self, pos: np.ndarray, base: int, nb: int, mask: np.ndarray | None, hasher: Any) -> np.ndarray:
@@ -558,7 +574,8 @@ def merge_counts(a: Any, b: Any, op: Any, what: Any) -> Any:
 
 
 def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: Any, what: Any) -> tuple[list, list]:
-    """Concatenate the key arrays of two partials (numbers: int64, or float64 if either is float)."""
+    """Concatenate the key arrays of two partials (numbers: float64 if either is float, else
+    int64 or uint64, see :func:`~tabloader.ops.hashing.common_int_dtype`)."""
     import pyarrow as pa
 
     kinds = []
@@ -572,8 +589,9 @@ def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: An
             keys.append(pa.concat_arrays([pa.array(a_keys[i]).cast(pa.large_string()),
                                           pa.array(b_keys[i]).cast(pa.large_string())]))
         else:
-            dtype = np.float64 if kind == "float" else np.int64
-            keys.append(np.concatenate([np.asarray(a_keys[i], dtype=dtype), np.asarray(b_keys[i], dtype=dtype)]))
+            pair = [np.asarray(a_keys[i]), np.asarray(b_keys[i])]
+            dtype = np.float64 if kind == "float" else common_int_dtype(pair, op, what)
+            keys.append(np.concatenate([k.astype(dtype, copy=False) for k in pair]))
     return keys, kinds
 
 

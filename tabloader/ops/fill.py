@@ -2,7 +2,8 @@
 
 Both can add, per column, a ``<col>_filled`` indicator: a **bool** column, True where the
 input was null (NaN/None/NA) and got filled. Only nulls are filled; +-inf stays as it is
-(use :class:`~tabloader.ops.numeric.Clip` for those).
+(use :class:`~tabloader.ops.numeric.Clip` for those). FillMissing fills list columns too
+(null lists, and null elements inside lists).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from tabloader import backend
 from tabloader.ops.base import Columns, StatOperator, Operator, check_numeric, flatten_columns
+from tabloader.ops.lists import LIST_ROW_TYPES, as_list_column
 from tabloader.ops.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
 from tabloader.schema import ColumnSchema, Schema, Tags
 
@@ -31,6 +33,10 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
         if op.add_binary_cols:
             indicators[col + FILLED_SUFFIX] = series.isna()
         value = values[col]
+        lists = as_list_column(op, col, series, is_list=is_list_value(value))
+        if lists is not None:
+            out[col] = _fill_lists(op, col, lists, value, frame)
+            continue
         if float_fallback and getattr(series.dtype, "kind", "") in "iu" and not backend.is_plain_numeric(series) \
                 and not float(value).is_integer():  # decided by the fitted value: same dtype in every partition
             series = series.astype("float64")
@@ -41,6 +47,36 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
                             f"with {values[col]!r}: {exc}") from exc
     out.update(indicators)
     return backend.frame_from_columns(out, frame.index, like=frame)
+
+
+def is_list_value(value: Any) -> bool:
+    return isinstance(value, LIST_ROW_TYPES)
+
+
+def _fill_lists(op: Operator, col: str, series: Any, value: Any, like: Any) -> Any:
+    """A list column with null lists replaced by ``value`` when it is a list (else by ``[]``),
+    and null or NaN elements by ``value`` when it is a scalar."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = backend.list_column_to_arrow(series)
+    fill_list = list(value) if is_list_value(value) else []
+    try:
+        sample = fill_list or ([] if is_list_value(value) else [value])
+        if pa.types.is_null(arr.type.value_type) and sample:  # only nulls seen: take the fill's element type
+            element = pa.array(sample).type
+            arr = arr.cast(pa.large_list(element) if pa.types.is_large_list(arr.type) else pa.list_(element))
+        missing = pc.is_null(arr.values, nan_is_null=True)
+        if not is_list_value(value) and pc.any(missing).as_py():
+            elements = pc.if_else(missing, pa.scalar(value, type=arr.type.value_type), arr.values)
+            arr = type(arr).from_arrays(arr.offsets, elements, type=arr.type,
+                                        mask=arr.is_null() if arr.null_count else None)
+        if arr.null_count:
+            arr = pc.fill_null(arr, pa.scalar(fill_list, type=arr.type))
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise TypeError(f"{op.label} cannot fill list column {col!r} (dtype {series.dtype}) with {value!r}: "
+                        f"{exc}") from exc
+    return backend.list_column_from_arrow(arr, series.index, series.name, like=like)
 
 
 def _fill_output_names(op: Any, columns: Columns) -> list[str]:
@@ -67,9 +103,20 @@ class FillMissing(Operator):
     Works on any dtype the constant fits (numeric, string, nullable). Tags are kept; an
     indicator column carries its column's tags plus ``binary``.
 
+    List columns (ArrowDtype or cuDF lists, or object columns of Python lists / numpy arrays)
+    come out as list columns (ArrowDtype on the CPU) whatever the constant is:
+
+    * a scalar ``fill_val`` (the default 0) fills null (and NaN) *elements* inside the lists,
+      and a null list becomes an empty list ``[]``;
+    * a list ``fill_val=[...]`` replaces each null list by that list (elements cast to the
+      column's element type); elements are left as they are.
+
+    Either way the loader then takes the column (it refuses null lists and null elements).
+
     Args:
-        fill_val: the replacement value.
-        add_binary_cols: also output ``<col>_filled`` (bool, True where a null was filled).
+        fill_val: the replacement value (a list for list columns, see above).
+        add_binary_cols: also output ``<col>_filled`` (bool, True where a null -- for list
+            columns, a null list -- was filled).
 
     Example:
         >>> import pandas as pd
@@ -78,6 +125,11 @@ class FillMissing(Operator):
         >>> out = FillMissing(0, add_binary_cols=True).transform(["x"], df)
         >>> out["x"].tolist(), out["x_filled"].tolist()
         ([1.0, 0.0, 3.0], [False, True, False])
+        >>> lists = pd.DataFrame({"l": [[1, None], None]})
+        >>> [list(v) for v in FillMissing().transform(["l"], lists)["l"]]
+        [[1, 0], []]
+        >>> [list(v) for v in FillMissing([-1]).transform(["l"], lists)["l"]]
+        [[1, None], [-1]]
     """
 
     def __init__(self, fill_val: Any = 0, add_binary_cols: bool = False) -> None:

@@ -27,6 +27,7 @@ from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOpera
 from tabloader.ops.categorify import (ValueLookup, _arrow_to_pandas, _sum_int, as_pandas, concat_keys,
                                       factorize_rows, group_keys, null_mask)
 from tabloader.ops.hashing import NormalizedColumn, new_frame, normalize_column
+from tabloader.ops.lists import holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -44,7 +45,7 @@ def key_groups(columns: Columns) -> list[tuple[str, tuple[str, ...]]]:
 def normalize_keys(op: Any, group: Sequence[str], frame: Any) -> list[NormalizedColumn]:
     cols = []
     for c in group:
-        if backend.is_list_dtype(frame[c].dtype):
+        if holds_lists(frame[c]):
             raise TypeError(f"{op.label} cannot group by list column {c!r} (dtype {frame[c].dtype})")
         cols.append(normalize_column(op, c, frame[c]))
     return cols
@@ -130,9 +131,13 @@ class JoinGroupby(CachedLookups, StatOperator):
     def dependencies(self) -> list[str]:
         return list(self.cont_cols)
 
+    def _generic_names(self) -> list[str]:
+        """The outputs as columns of the fitted table (``count``, ``{cont}_{stat}``), in output order."""
+        names = ["count"] if "count" in self.stats else []
+        return names + [f"{c}_{s}" for c in self.cont_cols for s in self.stats if s != "count"]
+
     def _names(self, prefix: str) -> list[str]:
-        names = [f"{prefix}_count"] if "count" in self.stats else []
-        return names + [f"{prefix}_{c}_{s}" for c in self.cont_cols for s in self.stats if s != "count"]
+        return [f"{prefix}_{generic}" for generic in self._generic_names()]
 
     def output_column_names(self, columns: Columns) -> list[str]:
         return [n for prefix, _ in key_groups(columns) for n in self._names(prefix)]
@@ -274,7 +279,7 @@ class JoinGroupby(CachedLookups, StatOperator):
             cols = normalize_keys(self, group, frame)
             pos = lookup.positions(cols)
             mask = null_mask(cols, "any")
-            for generic, name in zip(self._table(None, 0).columns, self._names(prefix)):
+            for generic, name in zip(self._generic_names(), self._names(prefix)):
                 values = table[generic].to_numpy()
                 is_count = generic == "count"
                 fill = 0 if is_count else np.nan

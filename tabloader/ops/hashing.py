@@ -27,13 +27,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import Columns, Operator, flatten_columns, group_name
+from tabloader.ops.lists import as_list_column, holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 #: The hash a null component contributes to a cross (an arbitrary fixed 64-bit constant).
@@ -57,8 +58,10 @@ def embedding_dim(cardinality: int) -> int:
 
 @dataclasses.dataclass
 class NormalizedColumn:
-    """A column as plain arrays: ``values`` (int64/float64 numpy, or a pyarrow string array),
-    ``mask`` (True where null, or None when there are no nulls) and ``kind`` (one of :data:`KINDS`)."""
+    """A column as plain arrays: ``values`` (numpy int64, uint64 or float64, or a pyarrow string
+    array), ``mask`` (True where null, or None when there are no nulls) and ``kind`` (one of
+    :data:`KINDS`). Integers are int64, except 64-bit unsigned ones, which stay uint64 so that
+    values >= 2**63 keep their order and never equal a negative integer."""
 
     kind: str
     values: Any
@@ -119,10 +122,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         return NormalizedColumn(taken.kind, taken.values, mask if mask.any() else None)
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
         mask = series.isna().to_numpy() if series.hasnans else None
-        if pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().endswith("64"):
-            values = series.to_numpy(dtype="uint64", na_value=0).view(np.int64)
-        else:
-            values = series.to_numpy(dtype="int64", na_value=0)
+        unsigned64 = pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().startswith("uint64")
+        values = series.to_numpy(dtype="uint64" if unsigned64 else "int64", na_value=0)
         return NormalizedColumn("int", values, mask)
     if pdt.is_float_dtype(dtype):
         values = series.to_numpy(dtype="float64", na_value=np.nan)
@@ -146,6 +147,47 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
         return NormalizedColumn("str", arr, mask)
     raise _type_error(op, name, dtype)
+
+
+def common_int_dtype(arrays: Sequence[np.ndarray], op: Any, what: Any) -> np.dtype:
+    """int64 or uint64, whichever holds every value of these integer arrays exactly.
+
+    Raises a TypeError naming the operator and column when neither does (negative values
+    beside unsigned values >= 2**63).
+    """
+    if all(a.dtype == np.int64 for a in arrays):
+        return np.dtype(np.int64)
+    negative = any(a.dtype.kind == "i" and len(a) and a.min() < 0 for a in arrays)
+    above_int64 = any(a.dtype.kind == "u" and len(a) and a.max() > np.iinfo(np.int64).max for a in arrays)
+    if negative and above_int64:
+        raise TypeError(f"{getattr(op, 'label', op)}: column {what!r} holds negative integers and unsigned integers "
+                        ">= 2**63 (in different partitions or columns); no 64-bit integer type holds both: "
+                        "cast the column to one integer type")
+    return np.dtype(np.uint64 if above_int64 else np.int64)
+
+
+def exact_ints(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+    """``values`` (int64, uint64 or float64) as the integer ``dtype`` (int64 or uint64), and a
+    mask of the values that ``dtype`` holds exactly (None when all are).
+
+    The values it cannot hold (a negative number as uint64, 2**63 as int64, a non-integral or
+    out-of-range float) are 0 in the result: callers must mask them out, never match them.
+
+    Example:
+        >>> cast, fits = exact_ints(np.array([-1, 5], dtype=np.int64), np.dtype(np.uint64))
+        >>> cast.tolist(), fits.tolist()
+        ([0, 5], [False, True])
+    """
+    if values.dtype == dtype:
+        return values, None
+    if values.dtype.kind == "f":
+        low, high = (-(2.0**63), 2.0**63) if dtype.kind == "i" else (0.0, 2.0**64)
+        fits = (np.floor(values) == values) & (values >= low) & (values < high)
+    elif dtype.kind == "u":
+        fits = values >= 0
+    else:
+        fits = values <= np.iinfo(np.int64).max
+    return np.where(fits, values, 0).astype(dtype), None if fits.all() else fits
 
 
 def _is_arrow_string(dtype: Any) -> bool:
@@ -202,20 +244,47 @@ def new_frame(like: Any, columns: dict[str, Any]) -> Any:
     return lib.DataFrame(columns, index=like.index, copy=False)  # no consolidation copy
 
 
-def map_column(op: Any, name: Any, series: Any, encode: Any) -> Any:
-    """Apply ``encode(NormalizedColumn) -> ndarray`` to a column; list columns element-wise (lists kept)."""
-    if backend.is_list_dtype(series.dtype):
-        values, rebuild = backend.list_flatten(series)
+def map_column(op: Any, name: Any, series: Any, encode: Any, is_list: bool = False) -> Any:
+    """Apply ``encode(NormalizedColumn) -> ndarray`` to a column; list columns element-wise (lists
+    kept; an object column of lists gives an ArrowDtype list column, see
+    :func:`~tabloader.ops.lists.as_list_column`, which also explains ``is_list``)."""
+    lists = as_list_column(op, name, series, is_list)
+    if lists is not None:
+        values, rebuild = backend.list_flatten(lists)
         return rebuild(encode(normalize_column(op, name, values)))
     return encode(normalize_column(op, name, series))
 
 
-def _check_buckets(op: Any, num_buckets: Any) -> None:
-    values = num_buckets.values() if isinstance(num_buckets, Mapping) else [num_buckets]
-    for nb in values:
+def integer_dtype(op: Any, dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy integer dtype, or a ValueError naming the operator."""
+    try:
+        out = np.dtype(dtype)
+    except TypeError:
+        out = None
+    if out is None or out.kind not in "iu":
+        raise ValueError(f"{op.label}: dtype must be a numpy integer dtype (int32, int64, ...), got {dtype!r}")
+    return out
+
+
+def check_id_range(op: Any, what: str, max_id: int, dtype: Any, fix: str) -> None:
+    """Raise a ValueError when ``dtype`` cannot hold ``max_id``: ids that wrapped around would
+    be negative or collide while the schema promises ``max_id + 1`` rows."""
+    if max_id > np.iinfo(np.dtype(dtype)).max:
+        raise ValueError(f"{op.label}: {what} needs ids up to {max_id}, which dtype {dtype} cannot hold "
+                         f"(its maximum is {np.iinfo(np.dtype(dtype)).max}); {fix}")
+
+
+def _check_buckets(op: Any, num_buckets: Any, dtype: Any) -> None:
+    """num_buckets must be integers >= 2 whose ids ``0 .. num_buckets - 1`` fit ``dtype``."""
+    integer_dtype(op, dtype)
+    items = num_buckets.items() if isinstance(num_buckets, Mapping) else [(None, num_buckets)]
+    for name, nb in items:
         if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 2:
             raise ValueError(f"{type(op).__name__}: num_buckets must be an integer >= 2 (bucket 0 is for nulls), "
                              f"got {nb!r}")
+        where = "every column" if name is None else f"column {name!r}"
+        check_id_range(op, f"{where} with num_buckets={nb}", int(nb) - 1, dtype,
+                       "use a wider dtype or fewer buckets")
 
 
 # Properties describing the raw values; they no longer hold once a column is encoded.
@@ -256,7 +325,7 @@ class HashBucket(Operator):
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
         self.num_buckets = num_buckets
         self.dtype = dtype
-        _check_buckets(self, num_buckets)
+        _check_buckets(self, num_buckets, dtype)
 
     def _buckets(self, name: str) -> int:
         nb = param_for(self.num_buckets, name, None)
@@ -315,7 +384,7 @@ class HashedCross(Operator):
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
         self.num_buckets = num_buckets
         self.dtype = dtype
-        _check_buckets(self, num_buckets)
+        _check_buckets(self, num_buckets, dtype)
 
     @staticmethod
     def _groups(columns: Columns) -> list[tuple[str, ...]]:
@@ -339,10 +408,10 @@ class HashedCross(Operator):
             nb = param_for(self.num_buckets, name, None)
             if nb is None:
                 raise KeyError(f"HashedCross: num_buckets has no entry for {name!r}")
-            cols = [normalize_column(self, c, frame[c]) for c in group]
-            for c, col in zip(group, cols):
-                if backend.is_list_dtype(frame[c].dtype):
+            for c in group:
+                if holds_lists(frame[c]):
                     raise TypeError(f"HashedCross cannot cross list column {c!r} (dtype {frame[c].dtype})")
+            cols = [normalize_column(self, c, frame[c]) for c in group]
             ids = (cross_hash(cols) % np.uint64(int(nb) - 1) + np.uint64(1)).astype(self.dtype)
             masks = [c.mask for c in cols]
             if all(m is not None for m in masks):

@@ -121,9 +121,13 @@ class Bucketize(Operator):
 
     With increasing boundaries ``b``, a value ``x`` gets id ``i`` when ``b[i-1] <= x < b[i]``
     (intervals closed on the left: ``x == b[i]`` goes up to bucket ``i + 1``); values below
-    ``b[0]`` get 0 and values ``>= b[-1]`` get ``len(b)``. NaN lands in the last bucket, as in
-    ``numpy.digitize``: fill nulls first to choose otherwise. Outputs are int64, tagged
-    ``categorical`` (``continuous`` is removed) with ``cardinality = len(b) + 1`` in the schema.
+    ``b[0]`` (``-inf`` too) get 0 and values ``>= b[-1]`` (``+inf`` too) get ``len(b)``.
+
+    A null (NaN, None, ``pd.NA``) gets an id of its own, ``len(b) + 1``, so it stays apart from
+    the top bucket (``numpy.digitize`` would put NaN there) and the output has no nulls for a
+    loader to refuse. Outputs are int64, tagged ``categorical`` (``continuous`` is removed),
+    with ``cardinality = len(b) + 2`` (the value buckets and the null id) and ``domain =
+    {min: 0, max: len(b) + 1}`` in the schema. Fill nulls first to bucket them as a value.
 
     Args:
         boundaries: a list of strictly increasing finite numbers for every column, or a dict
@@ -134,6 +138,8 @@ class Bucketize(Operator):
         >>> from tabloader.ops.numeric import Bucketize
         >>> Bucketize([0, 10]).transform(["x"], pd.DataFrame({"x": [-5, 0, 3, 10, 99]}))["x"].tolist()
         [0, 1, 1, 2, 2]
+        >>> Bucketize([0, 10]).transform(["x"], pd.DataFrame({"x": [3.0, None]}))["x"].tolist()  # null: 2 + 1
+        [1, 3]
     """
 
     output_tags = (Tags.CATEGORICAL,)
@@ -159,13 +165,16 @@ class Bucketize(Operator):
             x = backend.numeric_values(frame[col])
             xp = backend.array_lib(x)
             bounds = xp.asarray(self._boundaries_of(col))
-            out[col] = xp.searchsorted(bounds, x, side="right").astype(np.int64)
+            ids = xp.searchsorted(bounds, x, side="right").astype(np.int64)
+            if x.dtype.kind == "f":  # nulls are NaN here (numeric_values); integer arrays have none
+                ids[xp.isnan(x)] = len(bounds) + 1
+            out[col] = ids
         return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         out = []
         for col in super().compute_output_schema(input_schema, columns):
-            card = len(self._boundaries_of(col.name)) + 1
+            card = len(self._boundaries_of(col.name)) + 2  # value buckets 0..len(b), then the null id
             out.append(col.with_properties(cardinality=card, domain={"min": 0, "max": card - 1}))
         return Schema(out)
 
