@@ -7,10 +7,10 @@ A temporary's name says who made it: ``.NAME.tmp-SPACE-PID-START-RANDOM`` beside
 where SPACE identifies the machine and pid namespace of the writer, PID is its process id and
 START its start time (clock ticks after boot, 0 where unknown); a directory set aside while it
 is being replaced is ``.NAME.old-...``. A writer killed mid-write (SIGKILL, power loss) leaves
-its temporary behind; the next write to ``NAME`` removes it once the writer is provably gone
-(see :func:`remove_stale_temporaries`). A write that fails (disk full, permission denied,
-read-only file system) raises an OSError of the same kind naming the destination and what
-to do, with the original error chained.
+its temporary behind; the next write to ``NAME`` removes it once that writer is provably gone,
+and never touches a live writer's temporary or a name tabloader did not make. A write that
+fails (disk full, permission denied, read-only file system) raises an OSError of the same
+kind naming the destination and what to do, with the original error chained.
 
 Example:
     >>> import tempfile, os
@@ -45,7 +45,7 @@ _WRITE_ADVICE = {
     errno.EACCES: "write somewhere you are allowed to, or change the permissions",
     errno.EPERM: "write somewhere you are allowed to, or change the permissions",
     errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
-    errno.ENOENT: "a directory on the way is missing and cannot be created there: choose another path",
+    errno.ENOENT: "a directory on the way does not exist or cannot be created there: choose another path",
 }
 # Errors only a write raises: wherever they come from inside an atomic directory, they are its.
 _WRITE_ONLY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
@@ -213,8 +213,8 @@ def _writer_is_gone(space: str, pid: int, start: int) -> bool:
         os.kill(pid, 0)  # signal 0 only checks that the process exists
     except ProcessLookupError:
         return True
-    except OSError:  # it exists but belongs to someone else
-        return False
+    except PermissionError:  # it exists, and belongs to another user
+        pass
     return False
 
 
