@@ -11,18 +11,24 @@ Examples::
     tabloader bench loader -- --rows 100000           # benchmarks/loader.py with arguments
 
 Exit codes: 0 success, 2 bad arguments or a user error (missing file, bad spec, missing
-column), 1 any other failure.
+column), 1 any other failure, 130 Ctrl-C, 143 SIGTERM (both remove the temporary of a write
+in progress), 141 stdout closed early (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import decimal
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 FIT_SPEC_HELP = """\
 WORKFLOW_SPEC is a YAML (or JSON) file or a Python file.
@@ -49,14 +55,46 @@ Python: a file that defines `workflow`, a tabloader.Workflow (not yet fitted), e
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+_LARGEST = 2**63 - 1  # numpy's int64: the largest count or seed the commands can use
+
+
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``, written ``1000000``, ``1_000_000`` or
+    ``1e6``; ``1.5``, ``inf`` and ``nan`` are refused (argparse names the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            number = decimal.Decimal(text)  # exact, unlike float: 1e6 is whole, 1.5 is not
+        except decimal.InvalidOperation:
+            number = None
+        if number is None or not number.is_finite() or number != number.to_integral_value():
+            raise argparse.ArgumentTypeError(f"expected a whole number such as 1000 or 1e6, got {text!r}")
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        if number > _LARGEST:
+            raise argparse.ArgumentTypeError(f"must be <= {_LARGEST} (2**63 - 1), got {text}")
+        return int(number)
+
+    return parse
+
+
+_positive_int = _whole_number(minimum=1)
+_seed = _whole_number(minimum=0)  # numpy's generators take no negative seeds
+
+
+def _threads(text: str) -> int:
+    """An argparse type: a thread count, at most the CPUs here (torch would try to start any number)."""
+    count, cpus = _positive_int(text), os.cpu_count() or 1
+    if count > cpus:
+        raise argparse.ArgumentTypeError(f"must be <= {cpus} (the CPUs of this machine), got {text}")
+    return count
+
+
+def _device(text: str) -> str:
+    """An argparse type: auto, cpu, cuda or cuda:N."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
+    return text
 
 
 class CommandError(Exception):
@@ -74,12 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                                       "report each stage's time and the validation AUC.")
     demo.add_argument("--rows", type=_positive_int, default=1_000_000,
                       help="rows to generate, train + validation (default 1M)")
-    demo.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    demo.add_argument("--device", type=_device, default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
     demo.add_argument("--workdir", default=None, help="keep the data here (default: a temporary directory)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=_seed, default=0)
     demo.add_argument("--batch-size", type=_positive_int, default=4096)
     demo.add_argument("--epochs", type=_positive_int, default=1)
-    demo.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: the cores less one, for the loader)")
+    demo.add_argument("--threads", type=_threads, default=None, help="torch threads (default: the cores less one, for the loader)")
     demo.add_argument("--quiet", action="store_true", help="no progress bars, only the report")
 
     synth = sub.add_parser("synth", help="write a synthetic dataset as parquet")
@@ -87,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("path")
     synth.add_argument("--rows", type=_positive_int, default=1_000_000)
     synth.add_argument("--files", type=_positive_int, default=1)
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=_seed, default=0)
     synth.add_argument("--overwrite", action="store_true")
 
     fit = sub.add_parser("fit", help="fit a workflow (YAML or Python spec) on a dataset and save it",
@@ -106,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("--output-files", type=_positive_int, default=None,
                            help="number of parquet files (default: one per partition)")
     transform.add_argument("--shuffle", action="store_true", help="shuffle rows within partitions and the files")
-    transform.add_argument("--seed", type=int, default=None, help="seed of --shuffle")
+    transform.add_argument("--seed", type=_seed, default=None, help="seed of --shuffle")
     transform.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     transform.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -465,7 +503,26 @@ _USER_ERRORS = (CommandError, FileNotFoundError, FileExistsError, NotADirectoryE
                 PermissionError, ValueError, TypeError, KeyError)
 
 
+# Where a library message names a keyword argument that the command spells differently.
+_KEYWORD_ALIASES = {"num_files": "files"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``tabloader ARGS``; returns the exit code. A closed stdout (``tabloader ... | head -1``)
+    ends it quietly with 141 (128 + SIGPIPE, as a shell reports a tool that SIGPIPE ended)."""
+    try:
+        try:
+            with _sigterm_as_interrupt():
+                return _run(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here (--help too), not at exit as a traceback
+    except BrokenPipeError:
+        # Whatever is still buffered for stdout goes nowhere, so exiting prints nothing either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
@@ -475,20 +532,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if extra and args.command != "bench":
         parser.error(f"arguments after `--` are only taken by `bench`: {' '.join(extra)}")
+    if args.command == "synth" and args.files > args.rows:  # every file gets a row; --files 1e18 would never end
+        parser.error(f"argument --files: must be <= --rows ({args.rows}), got {args.files}")
     args.extra = extra
+    flags = _flags_of_keywords(parser, args.command)
     try:
         rc = COMMANDS[args.command](args)
+    except BrokenPipeError:
+        raise
     except _USER_ERRORS as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"tabloader {args.command}: error: {message}", file=sys.stderr)
+        print(f"tabloader {args.command}: error: {_in_flags(str(message), flags)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"tabloader {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"tabloader {args.command}: {'terminated' if isinstance(exc, _Terminated) else 'interrupted'}",
+              file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
     except Exception as exc:  # anything else: still one line, and a nonzero code
-        print(f"tabloader {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"tabloader {args.command}: error: {type(exc).__name__}: {_in_flags(str(exc), flags)}", file=sys.stderr)
         return 1
     return int(rc or 0)
+
+
+def _flags_of_keywords(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """Library keyword -> the command's option: ``output_files`` -> ``--output-files``."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = {a.dest: a.option_strings[-1] for a in commands.choices[command]._actions if a.option_strings}
+    options.pop("help", None)
+    return {**options, **{keyword: options[dest] for keyword, dest in _KEYWORD_ALIASES.items() if dest in options}}
+
+
+def _in_flags(message: str, flags: dict[str, str]) -> str:
+    """A library message as the command's user reads it: ``pass overwrite=True`` -> ``pass
+    --overwrite``, ``output_files must be >= 1`` -> ``--output-files must be >= 1``."""
+    start = r"(?<![\w\-/\\.])"  # not inside a word, a flag or a path (hive-style dirs are `key=value`)
+    for keyword, flag in flags.items():
+        message = re.sub(rf"{start}{keyword}=True\b", flag, message)
+        message = re.sub(rf"{start}{keyword}=", f"{flag} ", message)
+        if "_" in keyword:  # a bare word is surely the keyword only when spelled like an identifier
+            message = re.sub(rf"{start}{keyword}\b", flag, message)
+    return message
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C: writes in progress remove their temporaries on the way out."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import math
 import os
@@ -463,8 +462,10 @@ class _FileWriter:
 
         fs, fs_path = filesystem(path)
         rows = 0
-        # Local files are written by pyarrow's native writer (no Python file object, no GIL).
-        sink = contextlib.nullcontext(fs_path) if _is_local(fs) else fs.open(fs_path, "wb")
+        # Local files are written by pyarrow's native writer (no Python file object, no GIL). The
+        # file is opened here, not by the writer: a writer whose close fails (a full disk) leaves
+        # its own file open until garbage collection, holding the space of the deleted temporary.
+        sink = pa.OSFile(fs_path, "wb") if _is_local(fs) else fs.open(fs_path, "wb")
         with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
             for index in partitions:
                 frame = backend.to_host(self.dataset.read_partition(index))

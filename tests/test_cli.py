@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tabloader import cli
+import tabloader as tl
+from tabloader import cli, synthetic
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 
@@ -75,14 +82,16 @@ def test_inspect_empty_directory(tmp_path, capsys):
     (["inspect"], "path"),
     (["inspect", "a", "b"], "unrecognized arguments"),
     (["synth", "criteo", "out", "--rows", "0"], "must be >= 1"),
-    (["synth", "criteo", "out", "--rows", "many"], "not a number"),
+    (["synth", "criteo", "out", "--rows", "many"], "argument --rows: expected a whole number"),
     (["synth", "imagenet", "out"], "invalid choice"),
     (["demo", "--batch-size", "-3"], "must be >= 1"),
+    (["synth", "criteo", "out", "--rows", "10", "--files", "1e18"], "argument --files: must be <= --rows (10), got"),
     (["fit", "spec.yaml", "data"], "required"),
     (["transform", "wf"], "required"),
     (["transform", "wf", "data", "out", "--output-files", "0"], "must be >= 1"),
     (["inspect", "x", "--", "y"], "only taken by `bench`"),
-    (["demo", "--seed", "x"], "invalid int"),
+    (["demo", "--seed", "x"], "argument --seed: expected a whole number"),
+    (["demo", "--device", "gpu"], "argument --device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
 ])
 def test_bad_arguments_exit_with_code_2(argv, expected, capsys):
     with pytest.raises(SystemExit) as info:
@@ -90,6 +99,101 @@ def test_bad_arguments_exit_with_code_2(argv, expected, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "usage: tabloader" in err and expected in err
+
+
+def _typed_options():
+    """(command, option) for every option of every command whose value is converted (numbers, devices)."""
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    return [(name, action.option_strings[-1]) for name, sub in commands.items()
+            for action in sub._actions if action.option_strings and action.type is not None]
+
+
+def test_every_numeric_option_is_checked():
+    assert {(c, o) for c, o in _typed_options()} >= {
+        ("demo", "--rows"), ("demo", "--seed"), ("demo", "--batch-size"), ("demo", "--epochs"), ("demo", "--threads"),
+        ("synth", "--rows"), ("synth", "--files"), ("synth", "--seed"),
+        ("transform", "--output-files"), ("transform", "--seed")}
+
+
+POSITIONALS = {"synth": ["criteo", "out"], "fit": ["spec.yaml", "data", "out"], "transform": ["wf", "data", "out"],
+               "inspect": ["path"], "demo": [], "bench": []}
+
+
+@pytest.mark.parametrize("command, option", _typed_options())
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1.5", "1e-3", "-1", "1e30", "ten", ""])
+def test_bad_numbers_are_one_line_errors_naming_the_option(command, option, value, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, *POSITIONALS[command], f"{option}={value}"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith(f"tabloader {command}: error: argument {option}: "), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, expected", [("1000", 1000), ("1e6", 1_000_000), ("2.5E3", 2500), ("1_000", 1000),
+                                            (" 7 ", 7), ("4096.0", 4096), (str(2**63 - 1), 2**63 - 1)])
+def test_whole_numbers_are_accepted_as_the_docs_write_them(text, expected):
+    args = cli.build_parser().parse_args(["synth", "criteo", "out", "--rows", text, "--seed", text])
+    assert (args.rows, args.seed) == (expected, expected)
+    assert type(args.rows) is int
+
+
+def test_seeds_start_at_zero_and_counts_at_one(capsys):
+    parser = cli.build_parser()
+    assert parser.parse_args(["transform", "wf", "data", "out", "--seed", "0"]).seed == 0
+    assert parser.parse_args(["demo", "--seed", "0"]).seed == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["synth", "criteo", "out", "--files", "0"])
+    assert "argument --files: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_threads_are_at_most_the_cpus(capsys):
+    cpus = os.cpu_count()
+    assert cli.build_parser().parse_args(["demo", "--threads", str(cpus)]).threads == cpus
+    with pytest.raises(SystemExit) as info:
+        cli.main(["demo", "--threads", str(cpus + 1)])  # torch would start them, and run out of memory
+    assert info.value.code == 2
+    assert f"argument --threads: must be <= {cpus} (the CPUs of this machine)" in capsys.readouterr().err
+
+
+def test_library_messages_say_the_command_s_flags(tmp_path, capsys):
+    out = str(tmp_path / "seed=3" / "out")  # a hive-style folder: a path, not a keyword to translate
+    assert cli.main(["synth", "criteo", out, "--rows", "100"]) == 0
+    capsys.readouterr()
+    assert cli.main(["synth", "criteo", out, "--rows", "100"]) == 2  # the library raises "pass overwrite=True"
+    err = capsys.readouterr().err
+    assert err == f"tabloader synth: error: {out} already exists; pass --overwrite to replace it\n"
+    assert cli.main(["synth", "criteo", out, "--rows", "100", "--overwrite"]) == 0
+
+
+def _write_twice(out: str) -> None:
+    for _ in range(2):
+        tl.Dataset(pd.DataFrame({"a": [1]})).to_parquet(out, progress=False)
+
+
+@pytest.mark.parametrize("command, call, expected", [
+    ("transform", lambda out: tl.Dataset(pd.DataFrame({"a": [1]})).to_parquet(out, output_files=0),
+     "--output-files must be >= 1, got 0"),
+    ("transform", _write_twice, "already exists; pass --overwrite to replace it"),
+    ("fit", lambda out: tl.Workflow(["a"]).fit(tl.Dataset(pd.DataFrame({"a": [1]}))).save(out, overwrite=False)
+     if os.makedirs(out) is None else None, "already exists; pass --overwrite to replace it"),
+    ("synth", lambda out: synthetic.write_criteo(out, 10, num_files=0), "--files must be >= 1, got 0"),
+])
+def test_keyword_names_in_library_errors_become_flags(command, call, expected, tmp_path):
+    # Messages the library really raises, as the command prints them.
+    with pytest.raises(Exception) as info:
+        call(str(tmp_path / "out"))
+    flags = cli._flags_of_keywords(cli.build_parser(), command)
+    assert expected in cli._in_flags(str(info.value), flags)
+
+
+def test_write_errors_name_the_destination(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    out = str(tmp_path / "a-file" / "out")
+    assert cli.main(["synth", "criteo", out, "--rows", "100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tabloader synth: error: [Errno 20] cannot write {out}: Not a directory; ")
+    assert len(err.splitlines()) == 1
 
 
 def test_help_exits_with_code_0(capsys):
@@ -263,3 +367,79 @@ def test_demo_command_prints_report(capfd):
 def test_demo_command_rejects_too_few_rows(capsys):
     assert cli.main(["demo", "--rows", "100", "--quiet"]) == 2
     assert "--rows must be >= 2000" in capsys.readouterr().err
+
+
+# --- the command as a process: closed pipes, signals ---------------------------------------------
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD_ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}  # this checkout
+TABLOADER = [sys.executable, "-m", "tabloader.cli"]
+
+
+@pytest.fixture
+def wide_file(tmp_path):
+    """A file whose `inspect` prints far more than a pipe holds (so a reader that stops early
+    closes the pipe while tabloader still writes)."""
+    path = tmp_path / "wide.parquet"
+    pq.write_table(pa.table({f"a_rather_long_column_name_{i:05d}": [i] for i in range(2000)}), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["synth", "--help"], ["inspect", "WIDE"], ["bench", "--list"]])
+def test_a_closed_pipe_ends_the_command_quietly(args, wide_file):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before tabloader writes a byte: every write fails
+    try:
+        result = subprocess.run(TABLOADER + [wide_file if a == "WIDE" else a for a in args], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, env=CHILD_ENV, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.stderr == ""
+    # 128 + SIGPIPE, as a shell reports a program that SIGPIPE ended; argparse's help ignores
+    # a failed write and exits 0 where Python reports the failure at once, not at the flush
+    assert result.returncode == 128 + signal.SIGPIPE or (args[-1] == "--help" and result.returncode == 0)
+
+
+def test_piped_into_head_prints_the_first_line_and_nothing_on_stderr(wide_file):
+    command = f"{' '.join(TABLOADER)} inspect {wide_file} | head -1"
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=CHILD_ENV, timeout=120)
+    assert result.returncode == 0
+    assert result.stdout.startswith("Dataset(1 parquet file(s)") and result.stdout.count("\n") == 1
+    assert result.stderr == ""
+
+
+def _synth_signalled_at_the_second_file(out: str, signum: int) -> subprocess.CompletedProcess:
+    """`tabloader synth` into ``out`` (3 files), sending itself ``signum`` while it makes file 2."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from tabloader import cli, synthetic
+        make_file = synthetic.criteo
+        calls = []
+        def criteo(rows, seed, **kwargs):
+            calls.append(rows)
+            if len(calls) == 2:
+                os.kill(os.getpid(), {int(signum)})
+            return make_file(rows, seed=seed, **kwargs)
+        synthetic.criteo = criteo
+        sys.exit(cli.main(["synth", "criteo", {out!r}, "--rows", "3000", "--files", "3"]))
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CHILD_ENV, timeout=120)
+
+
+def test_sigterm_removes_the_temporary_at_once(tmp_path):
+    result = _synth_signalled_at_the_second_file(str(tmp_path / "out"), signal.SIGTERM)
+    assert result.returncode == 128 + signal.SIGTERM
+    assert result.stderr == "tabloader synth: terminated\n"
+    assert os.listdir(tmp_path) == []
+
+
+def test_after_a_sigkill_the_next_write_succeeds_and_leaves_no_temporary(tmp_path, capsys):
+    out = str(tmp_path / "out")
+    result = _synth_signalled_at_the_second_file(out, signal.SIGKILL)
+    assert result.returncode == -signal.SIGKILL
+    (left,) = os.listdir(tmp_path)
+    assert left.startswith(".out.tmp-") and os.listdir(tmp_path / left) == ["part_00000.parquet"]
+
+    assert cli.main(["synth", "criteo", out, "--rows", "3000", "--files", "3"]) == 0
+    assert os.listdir(tmp_path) == ["out"]
+    assert sorted(os.listdir(out)) == ["_schema.json", "part_00000.parquet", "part_00001.parquet", "part_00002.parquet"]
+    assert sum(pq.ParquetFile(os.path.join(out, f"part_{i:05d}.parquet")).metadata.num_rows for i in range(3)) == 3000
