@@ -57,6 +57,9 @@ Python: a file that defines `workflow`, a tabloader.Workflow (not yet fitted), e
 
 _LARGEST = 2**63 - 1  # numpy's int64: the largest count or seed the commands can use
 
+TRUST_HELP = ("import MODULE (a dotted name; repeat for several) and trust the functions defined in it; "
+              "operators it registers on import can be loaded. Nothing is imported or trusted otherwise")
+
 
 def _whole_number(minimum: int) -> Callable[[str], int]:
     """An argparse type: a whole number >= ``minimum``, written ``1000000``, ``1_000_000`` or
@@ -147,9 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("--seed", type=_seed, default=None, help="seed of --shuffle")
     transform.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     transform.add_argument("--quiet", action="store_true", help="no progress bars")
+    transform.add_argument("--trust", action="append", default=[], metavar="MODULE", help=TRUST_HELP)
 
     inspect = sub.add_parser("inspect", help="print a dataset's or a saved workflow's schema and statistics")
     inspect.add_argument("path", help="a dataset (file, directory, glob) or a saved workflow directory")
+    inspect.add_argument("--trust", action="append", default=[], metavar="MODULE",
+                         help="import MODULE first, so that the operators it registers can be described "
+                              "(functions are never run by inspect)")
 
     bench = sub.add_parser("bench", help="run the benchmarks/ scripts and print their tables",
                            description="Run benchmarks/NAME.py (all of them by default) from the source "
@@ -324,9 +331,8 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_transform(args: argparse.Namespace) -> None:
     from tabloader import Dataset
-    from tabloader.workflow import Workflow
 
-    workflow = Workflow.load(args.workflow)
+    workflow = load_saved_workflow(args.workflow, args.trust)
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
     dataset = Dataset(args.data)
@@ -342,6 +348,33 @@ def cmd_transform(args: argparse.Namespace) -> None:
           f"{len(out.paths)} file(s) at {args.out} in {time.perf_counter() - start:.1f} s")
 
 
+def trusted_modules(names: Sequence[str]) -> list[Any]:
+    """The modules named by ``--trust``, imported: the user asked for exactly these."""
+    import importlib
+
+    modules = []
+    for name in names:
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise CommandError(f"--trust {name}: cannot import it ({exc}); give an importable module name "
+                               "(a dotted name on PYTHONPATH, not a file path)") from None
+    return modules
+
+
+def load_saved_workflow(path: str, trust: Sequence[str], untrusted: str = "raise") -> Any:
+    """``Workflow.load`` trusting the ``--trust`` modules; a refusal says how to trust from here."""
+    from tabloader.registry import UntrustedError
+    from tabloader.workflow import Workflow
+
+    trusted = trusted_modules(trust)
+    try:
+        return Workflow.load(path, trusted=trusted, untrusted=untrusted)
+    except UntrustedError as exc:
+        raise CommandError(f"{exc}. From the command line: --trust MODULE imports MODULE (which may register "
+                           "operators) and trusts the functions defined in it") from None
+
+
 # --------------------------------------------------------------------------------------------
 # inspect
 # --------------------------------------------------------------------------------------------
@@ -350,6 +383,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     from tabloader.saved_workflow import WORKFLOW_FILE
 
     if os.path.isdir(args.path) and os.path.isfile(os.path.join(args.path, WORKFLOW_FILE)):
+        trusted_modules(args.trust)  # for the operators they register: inspect loads no function
         describe_workflow(args.path)
     else:
         describe(Dataset(args.path))
@@ -386,9 +420,8 @@ def describe_workflow(path: str) -> None:
     never loaded or run (the CLI trusts none); an unregistered operator class fails closed."""
     from tabloader.ops.base import StatOperator
     from tabloader.registry import UntrustedFunction
-    from tabloader.workflow import Workflow
 
-    wf = Workflow.load(path, untrusted="placeholder")
+    wf = load_saved_workflow(path, (), untrusted="placeholder")
     print(f"workflow {path}: {sum(n.kind == 'op' for n in wf.nodes)} operator(s), "
           f"{len(wf.input_schema_)} input column(s) -> {len(wf.output_schema)} output column(s)")
     print(f"graph: {wf.output_node.describe()}")

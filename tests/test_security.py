@@ -469,3 +469,35 @@ def test_save_refuses_a_function_of_main(tmp_path):
     wf = Workflow(["c"] >> ops.Rename(f=fn), progress=False).fit(frame())
     with pytest.raises(ValueError, match="Rename.*parameter f.*__main__"):
         wf.save(str(tmp_path / "wf"))
+
+
+def test_cli_trust_imports_only_the_named_module_and_runs_its_functions(tmp_path, monkeypatch, capsys):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "user_fns.py").write_text(
+        "import tabloader as tl\n"
+        "from tabloader.ops import Operator\n\n"
+        "def times_three(col):\n    return col * 3\n\n"
+        "@tl.register_operator\n"
+        "class AddOne(Operator):\n"
+        "    def transform(self, columns, frame):\n        return frame[columns] + 1\n")
+    monkeypatch.syspath_prepend(str(package))
+    import user_fns
+
+    wf = Workflow(["n"] >> ops.LambdaOp(user_fns.times_three) >> user_fns.AddOne(), progress=False)
+    wf.fit(frame()).save(str(tmp_path / "wf"))
+    data = tmp_path / "data.parquet"
+    frame().to_parquet(data)
+    monkeypatch.delitem(sys.modules, "user_fns")  # a fresh process: nothing imported, nothing registered yet
+
+    assert cli.main(["transform", str(tmp_path / "wf"), str(data), str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert "--trust MODULE" in err and len(err.strip().splitlines()) == 1
+    assert "user_fns" not in sys.modules and not (tmp_path / "refused").exists()
+
+    assert cli.main(["transform", str(tmp_path / "wf"), str(data), str(tmp_path / "out"), "--trust", "user_fns",
+                     "--quiet"]) == 0
+    expected = frame()["n"] * 3 + 1
+    assert pd.read_parquet(tmp_path / "out")["n"].tolist() == expected.tolist()
+    assert cli.main(["inspect", str(tmp_path / "wf"), "--trust", "no_such_module_xyz"]) == 2
+    assert "--trust no_such_module_xyz: cannot import it" in capsys.readouterr().err
