@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Every GPU check of tabloader in one command, for a lent CUDA machine: the `gpu` tests and the
+# GPU benchmarks, each step's log and exit code written under OUT_DIR.
+#
+#   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
+#
+# STEP is one of: env tests loader embedding offload workflow (default: all of them, in that
+# order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
+# code and seconds, and the script exits non-zero if any step failed. Steps are sized to fit the
+# device tool's 10-minute call together (tests ~3 min, each benchmark 1-2 min on an H100); run
+# them over two calls when cuDF was installed in the same call.
+#
+# On the lent machine (no package index), cuDF, dask and distributed come from the GPU kit
+# (../shared/hooks/gpu-kit): after its `device finish` step,
+#   . /tmp/site/cudf_env.sh && bash tools/gpu_checks.sh "$OUT" env tests
+# Without cuDF the cuDF tests skip and the workflow benchmark is left out.
+set -u
+
+out=${1:?usage: tools/gpu_checks.sh OUT_DIR [STEP ...]}
+shift
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow)
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=2
+py=${PYTHON:-python3}
+bench_data=${BENCH_DATA:-/tmp/tabloader-gpu-bench}
+failed=0
+
+run_step() {  # run_step NAME COMMAND...: log to OUT/NAME.log, record rc and time
+  local name=$1 start rc
+  shift
+  start=$(date +%s)
+  echo "== $name: $*" | tee "$out/$name.log"
+  "$@" >>"$out/$name.log" 2>&1
+  rc=$?
+  printf '%-10s rc=%-3s %5ss\n' "$name" "$rc" "$(( $(date +%s) - start ))" | tee -a "$out/summary.txt"
+  [ "$rc" -eq 0 ] || failed=1
+}
+
+has_cudf() { "$py" -c "import cudf" >/dev/null 2>&1; }
+
+for step in "${steps[@]}"; do
+  case $step in
+    env)
+      run_step env sh -c "nvidia-smi; $py -c '
+import importlib, platform
+print(\"python\", platform.python_version())
+for name in (\"torch\", \"cupy\", \"triton\", \"cudf\", \"dask\", \"distributed\", \"dask_cudf\", \"pandas\", \"pyarrow\", \"numpy\"):
+    try:
+        print(name, importlib.import_module(name).__version__)
+    except Exception as exc:
+        print(name, \"missing:\", type(exc).__name__, exc)
+import torch
+print(\"device\", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+'" ;;
+    tests)
+      run_step tests "$py" -m pytest -q -m gpu tests -p no:cacheprovider -o addopts="" --timeout 900 -rs ;;
+    loader)
+      run_step loader "$py" benchmarks/loader.py --device cuda --rows 5000000 --files 10 \
+        --data "$bench_data/loader" --batch-sizes 4096 65536 --skip-dataloader ;;
+    embedding)
+      run_step embedding "$py" benchmarks/embedding.py --device cuda --json "$out/embedding.json" ;;
+    offload)
+      run_step offload "$py" benchmarks/offload.py --device cuda ;;
+    workflow)
+      if has_cudf; then
+        run_step workflow "$py" benchmarks/workflow.py --device cuda --rows 5000000 --files 10 \
+          --data "$bench_data/raw" --repeat 2
+      else
+        echo "workflow   skipped: cuDF is not importable" | tee -a "$out/summary.txt"
+      fi ;;
+    *)
+      echo "unknown step $step; steps: env tests loader embedding offload workflow" >&2
+      exit 2 ;;
+  esac
+done
+exit $failed
