@@ -1,10 +1,11 @@
 """Host-offloaded embedding tables: hot rows on the accelerator, the rest in host memory.
 
-:class:`OffloadedEmbeddingCollection` is the table-batched collection of
-:class:`~tabloader.torch.fused.FusedEmbeddingCollection` for tables that do not fit on the GPU. Categorify numbers values by descending frequency, so
-the hot rows of a table are its small ids: each table ``t`` is split at a row threshold
-``hot[t]``; rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
-``[hot[t], n_t)`` (and their state) in one host buffer. Per batch:
+:class:`OffloadedEmbeddingCollection` is a table-batched collection
+(:mod:`tabloader.torch.table_batched`) like :class:`~tabloader.torch.fused.FusedEmbeddingCollection`,
+for tables that do not fit on the GPU. Categorify numbers values by descending frequency, so the
+hot rows of a table are its small ids: each table ``t`` is split at a row threshold ``hot[t]``;
+rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows ``[hot[t], n_t)``
+(and their state) in one host buffer. Per batch:
 
 * forward -- ids below the threshold gather from the device buffer; for the others the unique
   cold rows are found (``torch.unique`` on the device), gathered on the host into a pinned
