@@ -53,6 +53,32 @@ def _normalize_tags(tags: Iterable[Any] | None) -> frozenset[str]:
     return frozenset(str(Tags(t)) if t in Tags._value2member_map_ or isinstance(t, Tags) else str(t) for t in tags)
 
 
+# the suggested width's cap: wider rows rarely help, and a handful of huge tables would dominate memory
+MAX_EMBEDDING_DIM = 512
+
+
+def suggested_embedding_dim(cardinality: int, max_dim: int = MAX_EMBEDDING_DIM) -> int:
+    """The suggested embedding width for a table of ``cardinality`` rows (the one rule).
+
+    ``round(1.6 * cardinality ** 0.56)`` (the rule of thumb of fast.ai and NVTabular), at most
+    ``max_dim`` and at least 1; a cardinality of 0 gives 1. The categorical encoders record it
+    in the schema as ``embedding_dim``, and the PyTorch and Keras layers use it for a column
+    without that property. A negative (or NaN) ``cardinality`` or a ``max_dim`` below 1 raises
+    ``ValueError``.
+
+    Example:
+        >>> suggested_embedding_dim(10), suggested_embedding_dim(1000), suggested_embedding_dim(10**7)
+        (6, 77, 512)
+        >>> suggested_embedding_dim(10**7, max_dim=64)
+        64
+    """
+    if not float(cardinality) >= 0:  # `not >=` also refuses NaN
+        raise ValueError(f"suggested_embedding_dim: cardinality must be >= 0, got {cardinality!r}")
+    if max_dim < 1:
+        raise ValueError(f"suggested_embedding_dim: max_dim must be >= 1, got {max_dim!r}")
+    return int(max(1, min(max_dim, round(1.6 * float(cardinality) ** 0.56))))
+
+
 @dataclasses.dataclass(frozen=True)
 class ColumnSchema:
     """One column: name, dtype (a numpy dtype name such as ``"int64"``), tags and properties.

@@ -223,6 +223,38 @@ def case_adam_equals_sparseadam(device, size):
     _close(coll.exp_avg, opt.state[emb.weight]["exp_avg"].to_dense(), "Adam m vs SparseAdam", rtol=1e-4, atol=1e-7)
 
 
+def case_offloaded_update(device, size):
+    """The offloaded collection's Triton update (hot rows in place, cold rows staged) == the fused
+    collection's reference update: weights and optimizer states, 3 steps with an empty batch."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+    from tabloader.torch.offload import OffloadedEmbeddingCollection
+
+    s = SIZES[size]
+    states = {"sgd": [], "adagrad": ["state_sum"], "adam": ["exp_avg", "exp_avg_sq"]}
+    for optimizer, pooled in (("sgd", False), ("adagrad", True), ("adam", False), ("adam", True)):
+        torch.manual_seed(0)
+        ref = FusedEmbeddingCollection(_configs(size, pooled), optimizer=optimizer, lr=0.05, backend="reference",
+                                       device=device, chunk_size=s["chunk"])
+        off = OffloadedEmbeddingCollection(_configs(size, pooled), hot_rows=0.3, optimizer=optimizer, lr=0.05,
+                                           backend="triton", device=device, chunk_size=s["chunk"])
+        off.load_from_fused(ref)
+        for step in range(3):
+            feats = _batch(size, device, 40 + step, pooled=pooled, empty=(step == 1))
+            for coll in (off, ref):
+                out = coll(feats)
+                up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device, out.dtype)
+                (out * up).sum().backward()
+        what = f"offloaded {optimizer} pooled={pooled}"
+        assert off.step == ref.step == 3, what
+        for cfg in ref.configs:
+            start = ref.table_offsets[cfg.name]
+            _close(off.table_weight(cfg.name), ref.table_weight(cfg.name), f"{what} {cfg.name}", rtol=1e-4, atol=1e-6)
+            for key in states[optimizer]:
+                expect = getattr(ref, key)[start:start + cfg.num_embeddings]
+                _close(off.table_state(cfg.name, key), expect, f"{what} {cfg.name} {key}", rtol=1e-4, atol=1e-7)
+
+
 def case_deterministic(device, size):
     """Two identical runs give bitwise-identical weights (no atomics on the weights)."""
     torch = _torch()

@@ -75,6 +75,23 @@ def test_container_protocol(schema):
     assert Schema(["a"])["a"].dtype is None
 
 
+# --- the embedding-size rule -------------------------------------------------------------------
+def test_suggested_embedding_dim_is_the_rule_of_thumb_capped_and_at_least_one():
+    from tabloader.schema import suggested_embedding_dim
+
+    for card in (1, 2, 7, 10, 1000, 123_456, 10**9):
+        assert suggested_embedding_dim(card) == min(512, max(1, int(np.round(1.6 * card ** 0.56)))), card
+    assert suggested_embedding_dim(0) == 1
+    assert suggested_embedding_dim(np.int64(1000)) == 77
+    assert suggested_embedding_dim(10**7, max_dim=64) == 64
+    with pytest.raises(ValueError, match="cardinality must be >= 0, got -3"):
+        suggested_embedding_dim(-3)
+    with pytest.raises(ValueError, match="cardinality must be >= 0, got nan"):
+        suggested_embedding_dim(float("nan"))
+    with pytest.raises(ValueError, match="max_dim must be >= 1, got 0"):
+        suggested_embedding_dim(10, max_dim=0)
+
+
 # --- ColumnSchema immutability ------------------------------------------------------------------
 def test_column_schema_is_frozen():
     col = ColumnSchema("a", "int64", {"categorical"}, {"cardinality": 3})

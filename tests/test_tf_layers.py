@@ -38,6 +38,22 @@ def test_sizes_from_schema():
         EmbeddingFeatures.from_schema(Schema([ColumnSchema("c", "int64", {Tags.CATEGORICAL})]))
 
 
+def test_sizes_use_the_schema_rule_and_the_old_name_is_deprecated():
+    """One embedding-size rule: the Keras layers size columns by tabloader.schema's, warning-free;
+    default_embedding_dim still answers, with a DeprecationWarning naming its replacement."""
+    import warnings
+
+    s = Schema([ColumnSchema("b", "int64", {Tags.CATEGORICAL}, {"cardinality": 12_345})])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert embedding_sizes_from_schema(s) == {"b": (12_345, round(1.6 * 12_345 ** 0.56))}
+        assert embedding_sizes_from_schema(s, max_dim=16) == {"b": (12_345, 16)}
+    with pytest.warns(DeprecationWarning, match="tabloader.schema.suggested_embedding_dim"):
+        assert default_embedding_dim(0) == 1
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="cardinality must be >= 0, got -2"):
+        default_embedding_dim(-2)
+
+
 def test_inputs_from_schema():
     inputs = inputs_from_schema(schema())
     assert list(inputs) == ["a", "b", "g", "x"]

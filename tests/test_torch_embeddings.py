@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tabloader.schema import ColumnSchema, Schema, Tags  # noqa: E402
+from tabloader.torch import dispatch  # noqa: E402
 from tabloader.torch import fused as fused_mod  # noqa: E402
 from tabloader.torch.fused import FusedEmbeddingCollection  # noqa: E402
 from tabloader.torch.layers import (  # noqa: E402
@@ -96,6 +97,23 @@ def test_configs_from_schema():
         configs_from_schema(Schema([ColumnSchema("I1", "float32", {Tags.CONTINUOUS})]))
 
 
+def test_torch_sizes_tables_by_the_schema_rule():
+    """One embedding-size rule: a column without embedding_dim gets what the encoder would record
+    (cardinality 0 -> 1, no more 2 from a clamp of its own); nonsense is refused, naming it."""
+    import tabloader.torch as tlt
+    from tabloader import schema as schema_mod
+
+    assert tlt.suggested_embedding_dim(0) == 1
+    assert tlt.suggested_embedding_dim(3) == round(1.6 * 3 ** 0.56) == 3
+    assert tlt.suggested_embedding_dim(10**6, max_dim=40) == 40
+    with pytest.raises(ValueError, match="cardinality must be >= 0, got -1"):
+        tlt.suggested_embedding_dim(-1)
+    assert tlt.suggested_embedding_dim is schema_mod.suggested_embedding_dim
+    s = Schema([ColumnSchema("C", "int64", {Tags.CATEGORICAL}, {"cardinality": 777})])
+    assert configs_from_schema(s, max_dim=20)[0].embedding_dim == 20
+    assert configs_from_schema(s)[0].embedding_dim == round(1.6 * 777 ** 0.56)
+
+
 # --------------------------------------------------------------------------------------------
 # ConcatenatedEmbeddings / MultiHotEmbeddings
 # --------------------------------------------------------------------------------------------
@@ -117,6 +135,12 @@ def test_concatenated_embeddings_lookup_and_gradients():
     assert all(p.shape[0] == 20 for p in emb.sparse_parameters())
     assert all(p.shape[0] == 7 for p in emb.dense_parameters())
     assert torch.count_nonzero(emb.embeddings["C1"].weight[0]) == 0  # padding row starts at zero
+
+
+def test_concatenated_feature_names_is_deprecated():
+    emb = ConcatenatedEmbeddings([EmbeddingConfig("C1", 5, 2), EmbeddingConfig("C2", 7, 2, features=("a", "b"))])
+    with pytest.warns(DeprecationWarning, match="feature_names is deprecated"):
+        assert emb.feature_names == ["C1", "a", "b"]
 
 
 def test_concatenated_embeddings_dropout_and_list_feature():
@@ -507,12 +531,12 @@ def test_triton_is_never_imported_after_tensorflow(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow", type(sys)("tensorflow"))
     monkeypatch.delitem(sys.modules, "tabloader.torch.kernels", raising=False)
     monkeypatch.delitem(sys.modules, "triton", raising=False)  # as if Triton had never been imported
-    monkeypatch.setattr(fused_mod, "_kernels", None)
-    monkeypatch.setattr(fused_mod, "_warned", set())
+    monkeypatch.setattr(dispatch, "_kernels", None)
+    monkeypatch.setattr(dispatch, "_warned", set())
     assert fused_mod.load_kernels() is None
-    assert "TensorFlow" in fused_mod._kernels_error
+    assert "TensorFlow" in dispatch._kernels_error
     assert "tabloader.torch.kernels" not in sys.modules
-    monkeypatch.setattr(fused_mod, "triton_interpreting", lambda: True)  # as if kernels were wanted here
+    monkeypatch.setattr(dispatch, "triton_interpreting", lambda: True)  # as if kernels were wanted here
     coll = FusedEmbeddingCollection(CFGS, optimizer="sgd")
     ref = FusedEmbeddingCollection(CFGS, optimizer="sgd", backend="reference")
     ref.load_state_dict(coll.state_dict())

@@ -208,6 +208,51 @@ def test_bad_arguments_and_ids():
         coll({k: v for k, v in _batch(0).items() if k != "t1"})
 
 
+def test_offloaded_and_fused_share_one_base_and_plan():
+    """Both collections are table-batched: the same row layout, the same plan of a batch."""
+    from tabloader.torch.table_batched import TableBatchedCollection
+
+    fused, off = _pair("adagrad", [3, 10, 2], pooled=True)
+    assert isinstance(fused, TableBatchedCollection) and isinstance(off, TableBatchedCollection)
+    feats = _batch(5, pooled=True)
+    a, b = fused.plan(feats), off.plan(feats)
+    starts = {"t0": 0, "t1": CARDS[0], "t2": CARDS[0] + CARDS[1]}
+    assert off.table_offsets == fused.table_offsets == starts
+    for name in ("rows", "bag", "scale", "offsets"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    # the flat rows by hand: each feature's ids plus its table's start, feature after feature
+    values, offsets = feats["t1"]
+    expect = torch.cat([feats["t0"], values + starts["t1"], feats["f2a"] + starts["t2"], feats["f2b"] + starts["t2"]])
+    assert torch.equal(b.rows, expect)
+    assert torch.equal(b.offsets[len(feats["t0"]):len(feats["t0"]) + len(offsets)], offsets + len(feats["t0"]))
+
+
+def test_offloaded_falls_back_to_the_reference_with_one_warning(monkeypatch):
+    """Where the kernels are wanted but cannot be loaded (here: TensorFlow already imported), the
+    offloaded collection warns once, like the fused one, and runs the reference."""
+    import sys
+    import warnings
+
+    from tabloader.torch import dispatch
+
+    monkeypatch.setitem(sys.modules, "tensorflow", type(sys)("tensorflow"))
+    monkeypatch.delitem(sys.modules, "tabloader.torch.kernels", raising=False)
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    monkeypatch.setattr(dispatch, "_kernels", None)
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch, "triton_interpreting", lambda: True)  # as if kernels were wanted here
+    fused, off = _pair("adam", [5, 5, 5], backend="reference")
+    auto = OffloadedEmbeddingCollection(_configs(), hot_rows=[5, 5, 5], optimizer="adam", lr=0.05, device="cpu")
+    auto.load_from_fused(fused)
+    with pytest.warns(RuntimeWarning, match="OffloadedEmbeddingCollection falls back to the PyTorch reference"):
+        _train(fused, auto, "adam", steps=1, atol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _train(fused, auto, "adam", steps=1, atol=0.0)  # no second warning
+    with pytest.raises(RuntimeError, match="backend='triton' is not available"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=5, backend="triton", device="cpu")(_batch(0)).sum().backward()
+
+
 # --------------------------------------------------------------------------------------------
 # GPU: realistic shapes, hot rows on the device, cold rows in host memory
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 
 Table sizes come from the ``cardinality`` property that the categorical encoder writes into the
 workflow's output schema; embedding widths from ``embedding_dim`` when present, else from
-:func:`default_embedding_dim`.
+:func:`tabloader.schema.suggested_embedding_dim` (the rule the encoder records).
 
 Column names may hold any character: inputs and outputs are keyed by them as they are, while
 weight names come from :func:`tabloader.names.internal_names` (Keras refuses ``/`` in them,
@@ -22,27 +22,32 @@ and its optimizers turn them into TF scope names, which cannot hold spaces), and
 
 from __future__ import annotations
 
-import math
+import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
 import keras
 import tensorflow as tf
 
 from tabloader.names import internal_names
-from tabloader.schema import ColumnSchema, Schema, Tags
+from tabloader.schema import MAX_EMBEDDING_DIM, ColumnSchema, Schema, Tags, suggested_embedding_dim
 
 __all__ = ["EmbeddingFeatures", "MultiHotEmbeddings", "inputs_from_schema", "embedding_sizes_from_schema",
            "default_embedding_dim"]
 
 
-def default_embedding_dim(cardinality: int, max_dim: int = 512) -> int:
-    """The usual rule of thumb for an embedding width: ``round(1.6 * cardinality ** 0.56)``, capped.
+def default_embedding_dim(cardinality: int, max_dim: int = MAX_EMBEDDING_DIM) -> int:
+    """Deprecated: :func:`tabloader.schema.suggested_embedding_dim`, the one embedding-size rule.
 
     Example:
-        >>> default_embedding_dim(10), default_embedding_dim(1_000_000)
-        (6, 512)
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     default_embedding_dim(10), caught[0].category.__name__
+        (6, 'DeprecationWarning')
     """
-    return int(max(1, min(max_dim, round(1.6 * float(cardinality) ** 0.56))))
+    warnings.warn("tabloader.tf.default_embedding_dim is deprecated and will be removed; use "
+                  "tabloader.schema.suggested_embedding_dim", DeprecationWarning, stacklevel=2)
+    return suggested_embedding_dim(cardinality, max_dim)
 
 
 def _column_cardinality(col: ColumnSchema) -> int:
@@ -60,13 +65,14 @@ def _column_cardinality(col: ColumnSchema) -> int:
 
 
 def embedding_sizes_from_schema(schema: Schema, dim: int | Mapping[str, int] | None = None,
-                                max_dim: int = 512, tags: Sequence[Any] = (Tags.CATEGORICAL,),
+                                max_dim: int = MAX_EMBEDDING_DIM, tags: Sequence[Any] = (Tags.CATEGORICAL,),
                                 lists: bool | None = False) -> dict[str, tuple[int, int]]:
     """``{column: (cardinality, embedding_dim)}`` for the categorical columns of ``schema``.
 
     ``dim`` fixes the width (an int for all, or a mapping per column); otherwise the column's
-    ``embedding_dim`` property is used, else :func:`default_embedding_dim`. ``lists=False`` keeps
-    single-hot columns only, ``True`` list columns only, ``None`` both.
+    ``embedding_dim`` property is used, else :func:`tabloader.schema.suggested_embedding_dim`
+    (at most ``max_dim``). ``lists=False`` keeps single-hot columns only, ``True`` list columns
+    only, ``None`` both.
     """
     sizes: dict[str, tuple[int, int]] = {}
     for col in schema.select_by_tag(*tags):
@@ -80,7 +86,7 @@ def embedding_sizes_from_schema(schema: Schema, dim: int | Mapping[str, int] | N
         if d is None:
             d = col.properties.get("embedding_dim")
         if d is None:
-            d = default_embedding_dim(card, max_dim)
+            d = suggested_embedding_dim(card, max_dim)
         sizes[col.name] = (card, int(d))
     return sizes
 
@@ -148,7 +154,8 @@ class EmbeddingFeatures(keras.layers.Layer):
         self.tables: dict[str, Any] = {}
 
     @classmethod
-    def from_schema(cls, schema: Schema, dim: int | Mapping[str, int] | None = None, max_dim: int = 512,
+    def from_schema(cls, schema: Schema, dim: int | Mapping[str, int] | None = None,
+                    max_dim: int = MAX_EMBEDDING_DIM,
                     columns: Sequence[str] | None = None, **kwargs: Any) -> "EmbeddingFeatures":
         """One table per single-hot categorical column of ``schema`` (a workflow's output schema),
         sized by its ``cardinality`` property; see :func:`embedding_sizes_from_schema`."""
@@ -245,7 +252,8 @@ class MultiHotEmbeddings(keras.layers.Layer):
         self.tables: dict[str, Any] = {}
 
     @classmethod
-    def from_schema(cls, schema: Schema, dim: int | Mapping[str, int] | None = None, max_dim: int = 512,
+    def from_schema(cls, schema: Schema, dim: int | Mapping[str, int] | None = None,
+                    max_dim: int = MAX_EMBEDDING_DIM,
                     columns: Sequence[str] | None = None, **kwargs: Any) -> "MultiHotEmbeddings":
         """One table per categorical list column of ``schema``, sized by ``cardinality``."""
         if columns is not None:

@@ -1,6 +1,6 @@
-"""Triton kernels of :class:`~tabloader.torch.fused.FusedEmbeddingCollection`.
+"""Triton kernels of the table-batched embedding collections (:mod:`tabloader.torch.table_batched`).
 
-Never import this module directly from library code: :func:`tabloader.torch.fused.load_kernels`
+Never import this module directly from library code: :func:`tabloader.torch.dispatch.load_kernels`
 imports it lazily, and only when TensorFlow is not loaded (importing Triton after TensorFlow
 kills the process). ``TRITON_INTERPRET=1`` must be set before this module is first imported
 for the kernels to run on CPU through Triton's interpreter.
@@ -52,23 +52,29 @@ __all__ = ["gather", "pooled_gather", "fused_backward_update", "OPTIMIZERS"]
 
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2}
 
-_NUM_WARPS = 4
+_NUM_WARPS = 4  # of the forward kernels
+_THREADS_PER_WARP = 32
+_MIN_BLOCK_D = 16  # the smallest row tile Triton lays out well
+_GATHER_TILE = 4096  # elements of W one gather program moves (rows x padded dim) ...
+_GATHER_MAX_ROWS = 128  # ... in at most this many rows
+_POOLED_BLOCK_L = 16  # entries of a bag summed per loop iteration
+_UPDATE_REGISTERS = 32  # fp32 registers per thread for the update kernels' gradient tile
+_UPDATE_MAX_ENTRIES = 32  # entries per loop iteration of the update kernels, at most
 
 
 def _block_d(dim: int) -> int:
-    return max(16, triton.next_power_of_2(dim))
+    return max(_MIN_BLOCK_D, triton.next_power_of_2(dim))
 
 
 def _update_launch(block_d: int) -> tuple[int, int]:
-    """(entries per loop iteration, warps) of the update kernels: ~32 fp32 registers per thread
-    for the gradient tile; small rows get one or two warps so that many rows are in flight."""
+    """(entries per loop iteration, warps) of the update kernels: ``_UPDATE_REGISTERS`` fp32
+    registers per thread for the gradient tile; small rows get one or two warps so that many
+    rows are in flight."""
     warps = 1 if block_d <= 32 else 2 if block_d <= 128 else 4
-    return max(1, min(32, (32 * 32 * warps) // block_d)), warps
+    entries = (_UPDATE_REGISTERS * _THREADS_PER_WARP * warps) // block_d
+    return max(1, min(_UPDATE_MAX_ENTRIES, entries)), warps
 
 
-# --------------------------------------------------------------------------------------------
-# forward
-# --------------------------------------------------------------------------------------------
 @triton.jit
 def _gather_kernel(W, rows, out, N, D, stride_w,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -110,7 +116,7 @@ def gather(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, block_n:
     """``out[i, :] = weight[rows[i], :]`` for a contiguous ``out[N, D]`` (any float dtype)."""
     n, d = out.shape
     if block_n is None:
-        block_n = max(1, min(128, 4096 // _block_d(d)))
+        block_n = max(1, min(_GATHER_MAX_ROWS, _GATHER_TILE // _block_d(d)))
     if n:
         _gather_kernel[(triton.cdiv(n, block_n),)](
             weight, rows, out, n, d, weight.stride(0),
@@ -119,7 +125,7 @@ def gather(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, block_n:
 
 
 def pooled_gather(weight: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor, offsets: torch.Tensor,
-                  out: torch.Tensor, batch: int, features: int, block_l: int = 16) -> torch.Tensor:
+                  out: torch.Tensor, batch: int, features: int, block_l: int = _POOLED_BLOCK_L) -> torch.Tensor:
     """Pooled lookup over a feature-major CSR of bags; ``out`` is ``[batch * features, D]``."""
     n_bags, d = out.shape
     if n_bags:
@@ -129,9 +135,6 @@ def pooled_gather(weight: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor,
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# backward + optimizer
-# --------------------------------------------------------------------------------------------
 @triton.jit
 def _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
                  HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK_E: tl.constexpr):

@@ -1,25 +1,18 @@
-"""Embedding layers for the categorical columns of a tabloader batch.
+"""Embedding layers for the categorical columns of a tabloader batch, one module per table.
 
 A batch from :class:`tabloader.torch.Loader` is ``(features, target)`` with ``features`` a dict
 column name -> tensor: an int64 ``(B,)`` tensor per categorical column and a
 ``(values, offsets)`` pair (offsets of length ``B + 1``) per list (multi-hot) column. The
 layers here take that dict and return one float tensor ``(B, sum of dims)``.
 
-* :class:`EmbeddingConfig` -- one table: its size, dim, the features looked up in it, pooling,
-  initialization and padding row.
-* :func:`configs_from_schema` -- the configs of a fitted workflow's output schema
-  (``cardinality`` and suggested ``embedding_dim`` come from Categorify).
 * :class:`ConcatenatedEmbeddings` -- one ``nn.Embedding`` per table, outputs concatenated;
   tables can have sparse gradients (train them with ``torch.optim.SparseAdam`` / ``SGD``).
 * :class:`MultiHotEmbeddings` -- list columns through ``nn.EmbeddingBag`` (sum / mean).
 
-For one fused kernel over all tables with the optimizer applied inside the backward pass, see
-:class:`tabloader.torch.fused.FusedEmbeddingCollection`.
-
-Encoding contract (see the design notes): id 0 is padding (list columns), 1 is null, then the
-out-of-vocabulary buckets, then the vocabulary by descending frequency. By default row 0 of
-every table is the padding row: it starts at zero, gets no gradient, and is left out of pooled
-sums and means.
+The tables are described by :class:`~tabloader.torch.config.EmbeddingConfig` (made by hand or
+by :func:`~tabloader.torch.config.configs_from_schema`; both are importable from here too). For
+all tables in one buffer, looked up by one kernel with the optimizer applied inside the backward
+pass, see :class:`tabloader.torch.fused.FusedEmbeddingCollection`.
 
 Example:
     >>> import torch
@@ -32,15 +25,32 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+import warnings
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from tabloader.names import internal_names
+from tabloader.schema import suggested_embedding_dim
+from tabloader.torch.config import (  # noqa: F401 -- the constants stay importable from here
+    DEFAULT_INIT_SCALE,
+    INITS,
+    POOLINGS,
+    EmbeddingConfig,
+    Init,
+    check_configs,
+    configs_from_schema,
+    init_embedding_,
+)
+from tabloader.torch.inputs import (
+    check_id_dtype,
+    check_index_range,
+    check_offsets,
+    get_feature,
+    split_feature,
+)
 
 __all__ = [
     "EmbeddingConfig",
@@ -50,253 +60,6 @@ __all__ = [
     "MultiHotEmbeddings",
     "init_embedding_",
 ]
-
-POOLINGS = ("sum", "mean")
-INITS = ("normal", "uniform", "xavier", "zeros")
-DEFAULT_INIT_SCALE = 0.05
-
-Init = Union[str, Callable[[torch.Tensor], Any]]
-
-
-@dataclasses.dataclass(frozen=True)
-class EmbeddingConfig:
-    """One embedding table.
-
-    Args:
-        name: the table's name (unique within a layer).
-        num_embeddings: rows of the table (a Categorify'd column's ``cardinality``: max id + 1).
-        embedding_dim: width of a row.
-        features: names of the batch features (columns) looked up in this table; empty means
-            ``(name,)``. Several features may share a table.
-        pooling: ``"sum"`` or ``"mean"`` -- how the ids of one row of a list (multi-hot)
-            feature are combined; ignored for single-hot features.
-        init: ``"normal"`` (N(0, 0.05)), ``"uniform"`` (U(-0.05, 0.05)), ``"xavier"``
-            (Xavier-uniform), ``"zeros"``, or a callable that fills the weight tensor in place.
-        padding_idx: the padding row (default 0, per the encoding contract): initialized to
-            zero, never updated, and left out of pooled sums and means. None: no padding row.
-
-    Example:
-        >>> EmbeddingConfig("C1", 100, 16).features
-        ('C1',)
-        >>> EmbeddingConfig("genre", 20, 8, features=["genres"], pooling="mean").pooling
-        'mean'
-    """
-
-    name: str
-    num_embeddings: int
-    embedding_dim: int
-    features: tuple[str, ...] = ()
-    pooling: str = "sum"
-    init: Init = "normal"
-    padding_idx: int | None = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"embedding table name must be a non-empty string, got {self.name!r}")
-        for field in ("num_embeddings", "embedding_dim"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int,)) and not hasattr(value, "__index__"):
-                raise TypeError(f"table {self.name!r}: {field} must be an int, got {value!r}")
-            value = int(value)
-            if value < 1:
-                raise ValueError(f"table {self.name!r}: {field} must be >= 1, got {value}")
-            object.__setattr__(self, field, value)
-        feats = (self.features,) if isinstance(self.features, str) else tuple(self.features or ())
-        object.__setattr__(self, "features", feats or (self.name,))
-        if len(set(self.features)) != len(self.features):
-            raise ValueError(f"table {self.name!r}: duplicate feature names {list(self.features)}")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"table {self.name!r}: pooling must be one of {POOLINGS}, got {self.pooling!r}")
-        if isinstance(self.init, str) and self.init not in INITS:
-            raise ValueError(f"table {self.name!r}: init must be one of {INITS} or a callable, got {self.init!r}")
-        if not isinstance(self.init, str) and not callable(self.init):
-            raise TypeError(f"table {self.name!r}: init must be a string or a callable, got {self.init!r}")
-        if self.padding_idx is not None:
-            p = int(self.padding_idx)
-            if not 0 <= p < self.num_embeddings:
-                raise ValueError(
-                    f"table {self.name!r}: padding_idx {p} is outside [0, {self.num_embeddings})")
-            object.__setattr__(self, "padding_idx", p)
-
-
-def suggested_embedding_dim(cardinality: int, max_dim: int = 512) -> int:
-    """The usual heuristic ``round(1.6 * cardinality ** 0.56)``, capped at ``max_dim``.
-
-    Example:
-        >>> suggested_embedding_dim(1000), suggested_embedding_dim(10**7)
-        (77, 512)
-    """
-    return int(max(1, min(max_dim, round(1.6 * max(1, cardinality) ** 0.56))))
-
-
-def configs_from_schema(schema: Any, dim: int | Mapping[str, int] | Callable[[int], int] | None = None,
-                        columns: Iterable[str] | None = None, pooling: str = "sum", init: Init = "normal",
-                        padding_idx: int | None = 0, max_dim: int = 512) -> list[EmbeddingConfig]:
-    """One :class:`EmbeddingConfig` per encoded categorical column of a (workflow output) schema.
-
-    Args:
-        schema: a :class:`tabloader.schema.Schema`; the columns tagged ``categorical`` are used
-            (or exactly ``columns``). Each needs the ``cardinality`` property Categorify writes.
-        dim: the embedding dim: an int for all tables, a dict column -> dim, a callable
-            cardinality -> dim, or None for the schema's suggested ``embedding_dim`` (and
-            :func:`suggested_embedding_dim` where there is none).
-        pooling: pooling of list (multi-hot) columns.
-        init, padding_idx: passed to every config.
-        max_dim: cap of the heuristic dim.
-
-    Example:
-        >>> from tabloader.schema import ColumnSchema, Schema
-        >>> s = Schema([ColumnSchema("C1", "int64", {"categorical"}, {"cardinality": 100, "embedding_dim": 16}),
-        ...             ColumnSchema("I1", "float32", {"continuous"})])
-        >>> [(c.name, c.num_embeddings, c.embedding_dim) for c in configs_from_schema(s)]
-        [('C1', 100, 16)]
-        >>> configs_from_schema(s, dim=8)[0].embedding_dim
-        8
-    """
-    if columns is None:
-        selected = list(schema.select_by_tag("categorical"))
-        if not selected:
-            raise ValueError(f"the schema has no column tagged 'categorical': {schema!r}")
-    else:
-        columns = [columns] if isinstance(columns, str) else list(columns)
-        selected = [schema[c] for c in columns]
-    configs = []
-    for col in selected:
-        props = col.properties
-        card = props.get("cardinality")
-        if card is None:
-            raise ValueError(
-                f"column {col.name!r} has no 'cardinality' property; encode it with Categorify "
-                "(and use the fitted workflow's output schema) or build its EmbeddingConfig by hand")
-        card = int(card)
-        if dim is None:
-            d = props.get("embedding_dim") or suggested_embedding_dim(card, max_dim)
-        elif isinstance(dim, Mapping):
-            if col.name not in dim:
-                raise KeyError(f"no embedding dim given for column {col.name!r} (dim has {sorted(dim)})")
-            d = dim[col.name]
-        elif callable(dim):
-            d = dim(card)
-        else:
-            d = dim
-        pad = padding_idx if padding_idx is None or padding_idx < card else None
-        configs.append(EmbeddingConfig(col.name, card, int(d), (col.name,), pooling, init, pad))
-    return configs
-
-
-# --------------------------------------------------------------------------------------------
-# shared helpers
-# --------------------------------------------------------------------------------------------
-def init_embedding_(weight: torch.Tensor, init: Init = "normal", padding_idx: int | None = None) -> torch.Tensor:
-    """Fill ``weight`` in place by the scheme ``init`` (see :class:`EmbeddingConfig`); zero the padding row."""
-    with torch.no_grad():
-        if callable(init):
-            init(weight)
-        elif init == "normal":
-            weight.normal_(0.0, DEFAULT_INIT_SCALE)
-        elif init == "uniform":
-            weight.uniform_(-DEFAULT_INIT_SCALE, DEFAULT_INIT_SCALE)
-        elif init == "xavier":
-            bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
-            weight.uniform_(-bound, bound)
-        elif init == "zeros":
-            weight.zero_()
-        else:
-            raise ValueError(f"unknown init {init!r}; expected one of {INITS} or a callable")
-        if padding_idx is not None:
-            weight[padding_idx].zero_()
-    return weight
-
-
-def check_configs(configs: Sequence[EmbeddingConfig]) -> dict[str, EmbeddingConfig]:
-    """Validate a list of configs (unique table names, each feature in one table); map feature -> config."""
-    configs = list(configs)
-    if not configs:
-        raise ValueError("at least one EmbeddingConfig is needed")
-    seen: set[str] = set()
-    by_feature: dict[str, EmbeddingConfig] = {}
-    for cfg in configs:
-        if not isinstance(cfg, EmbeddingConfig):
-            raise TypeError(f"expected EmbeddingConfig, got {type(cfg).__name__}: {cfg!r}")
-        if cfg.name in seen:
-            raise ValueError(f"duplicate embedding table name {cfg.name!r}; table names must be unique")
-        seen.add(cfg.name)
-        for feat in cfg.features:
-            if feat in by_feature:
-                raise ValueError(
-                    f"feature {feat!r} is configured in two tables: {by_feature[feat].name!r} and {cfg.name!r}")
-            by_feature[feat] = cfg
-    return by_feature
-
-
-def get_feature(features: Mapping[str, Any], name: str, table: str) -> Any:
-    try:
-        return features[name]
-    except KeyError:
-        raise KeyError(
-            f"feature {name!r} (embedding table {table!r}) is not in the batch; "
-            f"batch columns: {sorted(features)}") from None
-
-
-def split_feature(value: Any, name: str, table: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(ids, None)`` for a single-hot tensor, ``(values, offsets)`` for a list feature; dtypes checked."""
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise ValueError(f"feature {name!r}: a list feature must be a (values, offsets) pair, got {len(value)} items")
-        values, offsets = value
-        _check_int(values, name, table, "values")
-        _check_int(offsets, name, table, "offsets")
-        if values.dim() != 1 or offsets.dim() != 1:
-            raise ValueError(f"feature {name!r}: values and offsets must be 1-D, got shapes "
-                             f"{tuple(values.shape)} and {tuple(offsets.shape)}")
-        if offsets.numel() < 1:
-            raise ValueError(f"feature {name!r}: offsets must have batch_size + 1 entries, got 0")
-        if values.device != offsets.device:
-            raise ValueError(f"feature {name!r}: values on {values.device} but offsets on {offsets.device}")
-        return values, offsets
-    _check_int(value, name, table, "ids")
-    if value.dim() == 2 and value.shape[1] == 1:
-        value = value[:, 0]
-    if value.dim() != 1:
-        raise ValueError(f"feature {name!r}: single-hot ids must have shape (batch,), got {tuple(value.shape)}")
-    return value, None
-
-
-def _check_int(t: Any, name: str, table: str, what: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"feature {name!r} (table {table!r}): {what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"feature {name!r} (table {table!r}): {what} must be int64 or int32 (encoded category ids), "
-            f"got {t.dtype}")
-
-
-def check_index_range(ids: torch.Tensor, feature: str, cfg: EmbeddingConfig) -> None:
-    """Raise an IndexError naming the table if an id is outside ``[0, num_embeddings)`` (one device sync)."""
-    if ids.numel() == 0:
-        return
-    lo, hi = torch.stack([ids.min(), ids.max()]).tolist()
-    _range_error(lo, hi, feature, cfg)
-
-
-def _range_error(lo: int, hi: int, feature: str, cfg: EmbeddingConfig) -> None:
-    if lo < 0 or hi >= cfg.num_embeddings:
-        bad = lo if lo < 0 else hi
-        raise IndexError(
-            f"embedding table {cfg.name!r} (feature {feature!r}): index {bad} is out of range "
-            f"[0, {cfg.num_embeddings}); encode the column with the fitted workflow, or raise "
-            "num_embeddings")
-
-
-def check_offsets(values: torch.Tensor, offsets: torch.Tensor, feature: str) -> None:
-    """Offsets must start at 0, never decrease and end at ``len(values)`` (one device sync)."""
-    n = values.numel()
-    first, last, decreasing = torch.stack([
-        offsets[0], offsets[-1], (offsets.diff() < 0).any().to(offsets.dtype)]).tolist()
-    if first != 0 or last != n or decreasing:
-        raise ValueError(
-            f"feature {feature!r}: offsets must start at 0, be non-decreasing and end at len(values)={n}; "
-            f"got first={first}, last={last}{', decreasing' if decreasing else ''}")
 
 
 def _sparse_set(sparse_columns: Any, by_feature: Mapping[str, EmbeddingConfig]) -> set[str]:
@@ -319,22 +82,19 @@ def _sparse_set(sparse_columns: Any, by_feature: Mapping[str, EmbeddingConfig]) 
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# layers
-# --------------------------------------------------------------------------------------------
 _MODULE_DICT_ATTRIBUTES = frozenset(dir(nn.ModuleDict()))  # keys a ModuleDict refuses ("type", "keys", ...)
 
 
 class _PerTableParameters:
-    """Table access, ``output_dim`` and the sparse / dense parameter split of a layer holding one
-    module per table in ``self._tables``, a ``ModuleDict`` keyed by ``module_names[table]``
-    (table names made valid as module names), and ``configs``, ``sparse_tables``."""
+    """Configs, table access, ``output_dim`` and the sparse / dense parameter split of a layer
+    holding one module per table in ``self._tables``, a ``ModuleDict`` keyed by
+    ``module_names[table]`` (table names made valid as module names)."""
 
-    configs: list[EmbeddingConfig]
-    sparse_tables: set[str]
-    module_names: dict[str, str]
-
-    def _name_modules(self) -> None:
+    def _set_configs(self, configs: Sequence[EmbeddingConfig], sparse_columns: Any, validate_indices: bool) -> None:
+        self._by_feature = check_configs(configs)
+        self.configs = list(configs)
+        self.sparse_tables = _sparse_set(sparse_columns, self._by_feature)
+        self.validate_indices = validate_indices
         self.module_names = internal_names((c.name for c in self.configs), reserved=_MODULE_DICT_ATTRIBUTES)
 
     def table(self, name: str) -> nn.Module:
@@ -397,11 +157,7 @@ class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
     def __init__(self, configs: Sequence[EmbeddingConfig], sparse_columns: Any = (), dropout: float = 0.0,
                  validate_indices: bool = True) -> None:
         super().__init__()
-        self._by_feature = check_configs(configs)
-        self.configs = list(configs)
-        self.sparse_tables = _sparse_set(sparse_columns, self._by_feature)
-        self.validate_indices = validate_indices
-        self._name_modules()
+        self._set_configs(configs, sparse_columns, validate_indices)
         self.embeddings = nn.ModuleDict()
         for cfg in self.configs:
             emb = nn.Embedding(cfg.num_embeddings, cfg.embedding_dim, padding_idx=cfg.padding_idx,
@@ -412,6 +168,9 @@ class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
 
     @property
     def feature_names(self) -> list[str]:
+        """Deprecated: the configured features, ``[f for cfg in layer.configs for f in cfg.features]``."""
+        warnings.warn("ConcatenatedEmbeddings.feature_names is deprecated and will be removed; use "
+                      "[f for cfg in layer.configs for f in cfg.features]", DeprecationWarning, stacklevel=2)
         return [f for cfg in self.configs for f in cfg.features]
 
     @property
@@ -475,11 +234,7 @@ class MultiHotEmbeddings(_PerTableParameters, nn.Module):
     def __init__(self, configs: Sequence[EmbeddingConfig], sparse_columns: Any = (),
                  validate_indices: bool = True) -> None:
         super().__init__()
-        self._by_feature = check_configs(configs)
-        self.configs = list(configs)
-        self.sparse_tables = _sparse_set(sparse_columns, self._by_feature)
-        self.validate_indices = validate_indices
-        self._name_modules()
+        self._set_configs(configs, sparse_columns, validate_indices)
         self.bags = nn.ModuleDict()
         for cfg in self.configs:
             bag = nn.EmbeddingBag(cfg.num_embeddings, cfg.embedding_dim, mode=cfg.pooling,
@@ -499,7 +254,7 @@ class MultiHotEmbeddings(_PerTableParameters, nn.Module):
             for feat in cfg.features:
                 value = get_feature(features, feat, cfg.name)
                 if isinstance(value, torch.Tensor) and value.dim() == 2:
-                    _check_int(value, feat, cfg.name, "ids")
+                    check_id_dtype(value, feat, cfg.name, "ids")
                     if self.validate_indices:
                         check_index_range(value, feat, cfg)
                     # nn.EmbeddingBag built with include_last_offset takes 2-D input too

@@ -1,10 +1,11 @@
 """Host-offloaded embedding tables: hot rows on the accelerator, the rest in host memory.
 
-:class:`OffloadedEmbeddingCollection` is a :class:`~tabloader.torch.fused.FusedEmbeddingCollection`
-for tables that do not fit on the GPU. Categorify numbers values by descending frequency, so
-the hot rows of a table are its small ids: each table ``t`` is split at a row threshold
-``hot[t]``; rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
-``[hot[t], n_t)`` (and their state) in one host buffer. Per batch:
+:class:`OffloadedEmbeddingCollection` is a table-batched collection
+(:mod:`tabloader.torch.table_batched`) like :class:`~tabloader.torch.fused.FusedEmbeddingCollection`,
+for tables that do not fit on the GPU. Categorify numbers values by descending frequency, so the
+hot rows of a table are its small ids: each table ``t`` is split at a row threshold ``hot[t]``;
+rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows ``[hot[t], n_t)``
+(and their state) in one host buffer. Per batch:
 
 * forward -- ids below the threshold gather from the device buffer; for the others the unique
   cold rows are found (``torch.unique`` on the device), gathered on the host into a pinned
@@ -31,78 +32,24 @@ update reads the same weights and states as the fused collection's would.
 Device: ``device="cuda"`` keeps the hot rows on the GPU; on ``device="cpu"`` everything runs
 the same path with the host as "device" (correct, slower; the tests run there).
 
-Threshold from a budget (``gpu_budget_bytes``): one resident row costs
-``bytes_per_row = 4 * D`` (weight) ``+ 4`` (row-wise Adagrad) or ``+ 8 * D`` (Adam's two
-moments). ``budget // bytes_per_row`` hot rows are split over the tables by water-filling:
-every table gets an equal share, a table smaller than its share is kept whole and the rest is
-shared again among the others. (Each table is looked up once per sample and, with
-frequency-ordered ids, the k-th row of every table is roughly equally hot, so equal per-table
-counts are close to the best hit rate for a given number of rows.) The budget covers the
-resident hot rows only; the per-batch staging buffers (at most ``lookups per batch`` unique cold
-rows and their state) come on top.
+The threshold, per table or from a device budget (``gpu_budget_bytes``), and what a resident
+row costs: see :mod:`tabloader.torch.hot_rows`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from tabloader.torch import fused as _fused
-from tabloader.torch.fused import (
-    FusedEmbeddingCollection,
-    LookupPlan,
-    _FusedLookup,
-    adam_step_size,
-    init_update_options,
-    load_kernels,
-    output_dtype,
-    shape_output,
-    reference_update,
-    segments,
-    triton_interpreting,
-)
-from tabloader.torch.layers import EmbeddingConfig, check_configs, init_embedding_
+from tabloader.torch.config import EmbeddingConfig, init_embedding_
+from tabloader.torch.fused import FusedEmbeddingCollection
+from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
+from tabloader.torch.reference import LookupPlan
+from tabloader.torch.table_batched import STATE_NAMES, TableBatchedCollection
 
 __all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row"]
-
-
-def bytes_per_row(dim: int, optimizer: str) -> int:
-    """Bytes one resident row costs on the device: the fp32 weight plus its optimizer state."""
-    extra = {"sgd": 0, "adagrad": 4, "adam": 8 * dim}[optimizer]
-    return 4 * dim + extra
-
-
-def hot_rows_for_budget(num_rows: Sequence[int], budget_bytes: int, dim: int, optimizer: str) -> list[int]:
-    """Split ``budget_bytes // bytes_per_row`` hot rows over tables by water-filling (see module doc)."""
-    total = max(0, int(budget_bytes)) // bytes_per_row(dim, optimizer)
-    hot = [0] * len(num_rows)
-    order = sorted(range(len(num_rows)), key=lambda i: num_rows[i])
-    left = total
-    for k, i in enumerate(order):
-        share = left // (len(order) - k)
-        hot[i] = min(int(num_rows[i]), share)
-        left -= hot[i]
-    return hot
-
-
-class _Planner:
-    """Borrows :meth:`FusedEmbeddingCollection.plan` (validation + flattening) for a virtual
-    all-in-one row space ``[0, total_rows)`` laid out exactly as the fused collection's."""
-
-    plan = FusedEmbeddingCollection.plan
-    _validate = FusedEmbeddingCollection._validate
-
-    def __init__(self, owner: "OffloadedEmbeddingCollection") -> None:
-        self._owner = owner
-
-    def __getattr__(self, name: str) -> Any:
-        owner = object.__getattribute__(self, "_owner")
-        if name == "weight":  # plan() only reads weight.device
-            return owner.hot_weight
-        return getattr(owner, name)
 
 
 class _Staged:
@@ -123,7 +70,7 @@ class _Split:
         self.plan, self.hot, self.cold, self.staged = plan, hot, cold, staged
 
 
-class OffloadedEmbeddingCollection(nn.Module):
+class OffloadedEmbeddingCollection(TableBatchedCollection):
     """Embedding tables split between device (hot rows) and host memory (cold rows).
 
     Same semantics, optimizers, arguments and outputs as
@@ -136,7 +83,7 @@ class OffloadedEmbeddingCollection(nn.Module):
             in config order) or a mapping ``table name -> rows``. Each is capped at the table's
             size. Exclusive with ``gpu_budget_bytes``.
         gpu_budget_bytes: device bytes for the resident hot rows and their optimizer state; the
-            threshold is derived by :func:`hot_rows_for_budget`.
+            threshold is derived by :func:`~tabloader.torch.hot_rows.hot_rows_for_budget`.
         device: where the hot rows live (``"cuda"``, ``"cpu"``, ...). The cold rows always live
             in host memory.
         pin_cold: allocate the host store itself in pinned memory (default False: the host
@@ -167,35 +114,27 @@ class OffloadedEmbeddingCollection(nn.Module):
                  dtype: torch.dtype | None = torch.float32, validate_indices: bool = True,
                  backend: str = "auto", chunk_size: int = 128, device: Any = None,
                  pin_cold: bool = False) -> None:
-        super().__init__()
-        self._by_feature = check_configs(configs)
-        self.configs = list(configs)
-        init_update_options(self, optimizer, lr, eps, betas, output, dtype, backend, validate_indices, chunk_size)
-        d = self.embedding_dim
         device = torch.device(device if device is not None else "cpu")
-
+        super().__init__(configs, optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size,
+                         device)
+        d = self.embedding_dim
         sizes = [c.num_embeddings for c in self.configs]
-        self.hot_rows = self._resolve_hot(hot_rows, gpu_budget_bytes, sizes)
-        # virtual all-in-one layout (the fused collection's), hot layout, cold layout
-        self.table_offsets, hot_off, cold_off = {}, [], []
-        total = h = c = 0
-        for cfg, n, k in zip(self.configs, sizes, self.hot_rows):
-            self.table_offsets[cfg.name] = total
+        self.hot_rows = resolve_hot_rows(hot_rows, gpu_budget_bytes, [c.name for c in self.configs], sizes, d,
+                                         optimizer)
+        # the hot and the cold layout beside the all-in-one one (the fused collection's)
+        hot_off, cold_off = [], []
+        h = c = 0
+        for n, k in zip(sizes, self.hot_rows):
             hot_off.append(h)
             cold_off.append(c)
-            total, h, c = total + n, h + k, c + n - k
-        self.total_rows, self.total_hot, self.total_cold = total, h, c
-        self.features = [f for cfg in self.configs for f in cfg.features]
-        self._feature_cfg = [self._by_feature[f] for f in self.features]
-        self._planner = _Planner(self)
+            h, c = h + k, c + n - k
+        self.total_hot, self.total_cold = h, c
 
         def dev(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.int64, device=device)
 
-        starts = [self.table_offsets[cfg.name] for cfg in self.configs]
-        self.register_buffer("_feature_offsets", dev([self.table_offsets[c.name] for c in self._feature_cfg]),
+        self.register_buffer("_table_starts", dev([self.table_offsets[c.name] for c in self.configs]),
                              persistent=False)
-        self.register_buffer("_table_starts", dev(starts), persistent=False)
         self.register_buffer("_table_hot", dev(self.hot_rows), persistent=False)
         self.register_buffer("_hot_offsets", dev(hot_off), persistent=False)
         self.register_buffer("_cold_offsets", dev(cold_off), persistent=False)
@@ -208,61 +147,16 @@ class OffloadedEmbeddingCollection(nn.Module):
 
         # device part: a parameter (so autograd calls our backward) and buffers
         self.hot_weight = nn.Parameter(torch.empty((h, d), dtype=torch.float32, device=device))
-        init_acc = float(initial_accumulator_value)
-        if optimizer == "adagrad":
-            self.register_buffer("hot_state_sum", torch.full((h,), init_acc, device=device))
-        elif optimizer == "adam":
-            self.register_buffer("hot_exp_avg", torch.zeros((h, d), device=device))
-            self.register_buffer("hot_exp_avg_sq", torch.zeros((h, d), device=device))
+        for name, state in zip(STATE_NAMES[optimizer], self._new_states(h, initial_accumulator_value, device=device)):
+            self.register_buffer("hot_" + name, state)
         # host part: plain tensors (module.to() must not move them); saved by _save_to_state_dict
         pin = bool(pin_cold) and torch.cuda.is_available()
         self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
-        self.cold_state1: torch.Tensor | None = None
-        self.cold_state2: torch.Tensor | None = None
-        if optimizer == "adagrad":
-            self.cold_state1 = torch.full((c,), init_acc, pin_memory=pin)
-        elif optimizer == "adam":
-            self.cold_state1 = torch.zeros((c, d), pin_memory=pin)
-            self.cold_state2 = torch.zeros((c, d), pin_memory=pin)
+        self.cold_state1, self.cold_state2 = (self._new_states(c, initial_accumulator_value, pin_memory=pin)
+                                              + [None, None])[:2]
         self._pending: list[tuple[Any, torch.Tensor, list[torch.Tensor]]] = []
         self._cold_version = 0
         self.reset_parameters()
-
-    # --- construction helpers ------------------------------------------------------------------
-    def _resolve_hot(self, hot_rows: Any, budget: int | None, sizes: list[int]) -> list[int]:
-        names = [c.name for c in self.configs]
-        if (hot_rows is None) == (budget is None):
-            raise ValueError("give exactly one of hot_rows (per table, or a fraction) and gpu_budget_bytes")
-        if budget is not None:
-            if int(budget) < 0:
-                raise ValueError(f"gpu_budget_bytes must be >= 0, got {budget}")
-            return hot_rows_for_budget(sizes, int(budget), self.embedding_dim, self.optimizer)
-        if isinstance(hot_rows, bool):
-            raise TypeError(f"hot_rows must be an int, a float fraction, a sequence or a mapping, got {hot_rows!r}")
-        if isinstance(hot_rows, float):
-            if not 0.0 <= hot_rows <= 1.0:
-                raise ValueError(f"hot_rows as a fraction must be in [0, 1], got {hot_rows}")
-            return [min(n, int(math.ceil(hot_rows * n))) for n in sizes]
-        if isinstance(hot_rows, int):
-            values = [hot_rows] * len(sizes)
-        elif isinstance(hot_rows, Mapping):
-            unknown = set(hot_rows) - set(names)
-            if unknown:
-                raise KeyError(f"hot_rows names unknown tables {sorted(unknown)}; tables: {names}")
-            missing = [n for n in names if n not in hot_rows]
-            if missing:
-                raise KeyError(f"hot_rows has no entry for tables {missing}")
-            values = [hot_rows[n] for n in names]
-        else:
-            values = list(hot_rows)
-            if len(values) != len(sizes):
-                raise ValueError(f"hot_rows has {len(values)} entries for {len(sizes)} tables")
-        out = []
-        for name, v, n in zip(names, values, sizes):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"table {name!r}: hot rows must be a non-negative int, got {v!r}")
-            out.append(min(n, v))
-        return out
 
     def reset_parameters(self) -> None:
         """Initialize every table by its config's ``init`` (on the host, as one table); zero padding."""
@@ -273,15 +167,9 @@ class OffloadedEmbeddingCollection(nn.Module):
             self._set_table(cfg.name, self.hot_weight.detach(), self.cold_weight, full)
         self._cold_version += 1
 
-    # --- table access ----------------------------------------------------------------------------
-    def _table(self, name: str) -> tuple[int, EmbeddingConfig]:
-        for i, cfg in enumerate(self.configs):
-            if cfg.name == name:
-                return i, cfg
-        raise KeyError(f"no embedding table {name!r}; tables: {[c.name for c in self.configs]}")
-
     def _parts(self, name: str, hot: torch.Tensor, cold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        i, cfg = self._table(name)
+        i = self._table_index(name)
+        cfg = self.configs[i]
         h0, c0, k = int(self._hot_offsets[i]), int(self._cold_offsets[i]), self.hot_rows[i]
         return hot[h0:h0 + k], cold[c0:c0 + cfg.num_embeddings - k]
 
@@ -298,12 +186,9 @@ class OffloadedEmbeddingCollection(nn.Module):
             b.copy_(value[k:])
 
     def _states(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-        if self.optimizer == "adagrad":
-            return [("state_sum", self.hot_state_sum, self.cold_state1)]
-        if self.optimizer == "adam":
-            return [("exp_avg", self.hot_exp_avg, self.cold_state1),
-                    ("exp_avg_sq", self.hot_exp_avg_sq, self.cold_state2)]
-        return []
+        """``(name, hot part, cold part)`` of each optimizer state."""
+        names = STATE_NAMES[self.optimizer]
+        return [(n, getattr(self, "hot_" + n), cold) for n, cold in zip(names, (self.cold_state1, self.cold_state2))]
 
     def table_weight(self, name: str) -> torch.Tensor:
         """All rows of table ``name`` as one host tensor (a copy: hot rows then cold rows)."""
@@ -335,16 +220,11 @@ class OffloadedEmbeddingCollection(nn.Module):
         self._cold_version += 1
         return self
 
-    @property
-    def output_dim(self) -> int:
-        return len(self.features) * self.embedding_dim
-
     def extra_repr(self) -> str:
         return (f"tables={len(self.configs)}, features={len(self.features)}, rows={self.total_rows}, "
                 f"hot_rows={self.hot_rows}, dim={self.embedding_dim}, optimizer={self.optimizer!r}, "
                 f"lr={self.lr}, device={self.hot_weight.device}")
 
-    # --- state dict: the host part is saved beside the parameters ----------------------------------
     def _cold_tensors(self) -> dict[str, torch.Tensor]:
         out = {"cold_weight": self.cold_weight}
         for key, _, cold in self._states():
@@ -387,22 +267,6 @@ class OffloadedEmbeddingCollection(nn.Module):
                              f"{self.hot_rows}")
         self.step = int(state.get("step", 0))
 
-    # --- backend -----------------------------------------------------------------------------
-    def _kernels_for(self, device: torch.device) -> Any:
-        if self.backend == "reference":
-            return None
-        runnable = device.type == "cuda" or (device.type == "cpu" and triton_interpreting())
-        if not runnable:
-            if self.backend == "triton":
-                raise RuntimeError(f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1); the hot rows are "
-                                   f"on {device}")
-            return None
-        kernels = load_kernels()
-        if kernels is None and self.backend == "triton":
-            raise RuntimeError(f"backend='triton' is not available: {_fused._kernels_error}")
-        return kernels
-
-    # --- host <-> device traffic -------------------------------------------------------------------
     def _flush(self) -> None:
         """Finish the pending write-back of the last backward's cold rows into the host store."""
         pending, self._pending = self._pending, []
@@ -452,9 +316,12 @@ class OffloadedEmbeddingCollection(nn.Module):
             self._pending.append((event, staged.uniq_host, bufs))
         self._cold_version += 1
 
-    # --- plan ------------------------------------------------------------------------------------
-    def _split(self, features: Mapping[str, Any], training: bool) -> _Split:
-        plan = self._planner.plan(features)
+    @property
+    def _parameter(self) -> nn.Parameter:
+        return self.hot_weight
+
+    def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
+        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states)."""
         rows = plan.rows
         t = torch.searchsorted(self._table_starts, rows, right=True) - 1
         local = rows - self._table_starts.index_select(0, t)
@@ -483,17 +350,6 @@ class OffloadedEmbeddingCollection(nn.Module):
         cold = LookupPlan(cold_rows, plan.batch, plan.num_features, bag_c, sc_c)
         return _Split(plan, hot, cold, staged)
 
-    # --- forward / backward ----------------------------------------------------------------------
-    def forward(self, features: Mapping[str, Any]) -> Any:
-        training = torch.is_grad_enabled() and self.hot_weight.requires_grad
-        split = self._split(features, training)
-        dtype = output_dtype(self.dtype, self.hot_weight.device)
-        if training:
-            out = _FusedLookup.apply(self.hot_weight, self, split, dtype)
-        else:
-            out = self._lookup(split, dtype)
-        return shape_output(out, self, split.plan)
-
     def _lookup(self, split: _Split, dtype: torch.dtype) -> torch.Tensor:
         plan, d = split.plan, self.embedding_dim
         n_out = plan.batch * plan.num_features
@@ -511,15 +367,10 @@ class OffloadedEmbeddingCollection(nn.Module):
                 out.index_add_(0, sub.bag, w.index_select(0, sub.rows) * sub.scale[:, None])
         return out.to(dtype)
 
-    @torch.no_grad()
     def _update(self, split: _Split, grad: torch.Tensor) -> None:
-        if grad.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"OffloadedEmbeddingCollection: gradient dtype {grad.dtype} is not supported")
-        self.step += 1
-        grad = grad.reshape(-1, self.embedding_dim).contiguous()
         hot_states = [h for _, h, _ in self._states()] + [None, None]
-        self._apply(self.hot_weight.detach(), hot_states[0], hot_states[1], split.hot, grad,
-                    self._hot_padding_rows)
+        self._update_rows(self.hot_weight.detach(), hot_states[0], hot_states[1], split.hot, grad,
+                          self._hot_padding_rows)
         staged = split.staged
         if staged is None:
             return
@@ -528,22 +379,5 @@ class OffloadedEmbeddingCollection(nn.Module):
             # the host store changed since the forward (or the forward ran without states): re-read
             uniq = staged.uniq_host.to(self.hot_weight.device)
             staged = self._stage(uniq, staged.inverse, with_state=True)
-        self._apply(staged.weight, staged.state1, staged.state2, split.cold, grad, staged.pad_local)
+        self._update_rows(staged.weight, staged.state1, staged.state2, split.cold, grad, staged.pad_local)
         self._write_back(staged)
-
-    def _apply(self, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
-               plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor) -> None:
-        if plan.rows.numel() == 0:
-            return
-        kernels = self._kernels_for(weight.device)
-        if kernels is None:
-            reference_update(weight, plan, grad, self.optimizer, self.lr, state1, state2, padding_rows,
-                             self.eps, self.betas, self.step)
-            return
-        seg = segments(plan.rows, padding_rows, self.chunk_size, weight.shape[0])
-        step_size = adam_step_size(self.lr, self.betas, self.step) if self.optimizer == "adam" else 0.0
-        kernels.fused_backward_update(
-            weight, state1, state2, grad, seg["perm"], plan.bag, plan.scale,
-            seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"],
-            seg["chunk_start"], seg["chunk_count"], optimizer=self.optimizer, lr=self.lr, eps=self.eps,
-            beta1=self.betas[0], beta2=self.betas[1], step_size=step_size)

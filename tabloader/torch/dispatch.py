@@ -1,0 +1,167 @@
+"""Where a table-batched collection's lookups and updates run: the Triton kernels or the reference.
+
+Backends (the collections' ``backend`` argument):
+
+* ``"triton"`` -- the kernels of :mod:`tabloader.torch.kernels` (CUDA tensors, or CPU tensors
+  through Triton's interpreter when ``TRITON_INTERPRET=1`` was set before the first use);
+* ``"reference"`` -- plain PyTorch with the same semantics (:mod:`tabloader.torch.reference`);
+* ``"auto"`` -- Triton where it can run, else the reference. When Triton is wanted (CUDA
+  tensors) but cannot be used -- not installed, or TensorFlow already imported (importing Triton
+  after TensorFlow kills the process) -- a warning is given once and the reference runs.
+
+:func:`kernels_for` makes that choice; :func:`lookup` and :func:`update` run a
+:class:`~tabloader.torch.reference.LookupPlan` on what it chose, so the kernels are launched
+from this one place.
+
+Example:
+    >>> import torch
+    >>> kernels_for("reference", torch.device("cpu"), "MyCollection") is None
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any
+
+import torch
+
+from tabloader.torch.reference import LookupPlan, adam_step_size, reference_forward, reference_update
+
+__all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "segments"]
+
+BACKENDS = ("auto", "triton", "reference")
+INT32_ROWS = 2 ** 31  # below this many rows, the update sorts its keys as int32 (faster)
+
+_kernels: Any = None
+_kernels_error: str | None = None
+_warned: set[str] = set()
+
+
+def triton_interpreting() -> bool:
+    """True when ``TRITON_INTERPRET=1`` (kernels then run on CPU tensors, slowly)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def load_kernels() -> Any:
+    """Import :mod:`tabloader.torch.kernels` lazily; None when Triton cannot be used here.
+
+    Triton is never imported for the first time once TensorFlow is loaded (the process would
+    crash); if Triton was imported before TensorFlow, it is safe to use.
+    """
+    global _kernels, _kernels_error
+    if _kernels is not None:
+        return _kernels
+    if "tabloader.torch.kernels" not in sys.modules and "triton" not in sys.modules:
+        if "tensorflow" in sys.modules or "keras" in sys.modules:
+            _kernels_error = ("TensorFlow is already imported, and importing Triton after it crashes "
+                              "the process; import tabloader.torch (or triton) before tensorflow")
+            return None
+    try:
+        from tabloader.torch import kernels
+    except ImportError as exc:
+        _kernels_error = f"Triton is not usable ({exc})"
+        return None
+    _kernels = kernels
+    return kernels
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def kernels_for(backend: str, device: torch.device, owner: str) -> Any:
+    """The kernels module to run ``owner``'s tensors on ``device`` with, or None for the reference.
+
+    ``backend="triton"`` raises a RuntimeError where the kernels cannot run; ``"auto"`` falls
+    back to the reference there (with a warning, once, when the device wanted the kernels).
+    """
+    if backend == "reference":
+        return None
+    runnable = device.type == "cuda" or (device.type == "cpu" and triton_interpreting())
+    if not runnable:
+        if backend == "triton":
+            raise RuntimeError(f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on CPU); the weights "
+                               f"of {owner} are on {device}")
+        return None
+    kernels = load_kernels()
+    if kernels is None:
+        if backend == "triton":
+            raise RuntimeError(f"backend='triton' is not available: {_kernels_error}")
+        _warn_once(f"{owner} falls back to the PyTorch reference implementation: {_kernels_error}")
+    return kernels
+
+
+def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dtype) -> torch.Tensor:
+    """The ``(batch * num_features, D)`` lookups of ``plan`` in ``dtype``, by the kernels or the reference."""
+    if kernels is None:
+        return reference_forward(weight, plan, dtype)
+    n_out = plan.batch * plan.num_features
+    # bf16 conversion in the interpreter truncates instead of rounding: write fp32 there
+    kdtype = torch.float32 if (dtype == torch.bfloat16 and weight.device.type == "cpu") else dtype
+    out = torch.empty((n_out, weight.shape[1]), dtype=kdtype, device=weight.device)
+    if plan.single_hot:
+        kernels.gather(weight, plan.rows, out)
+    else:
+        kernels.pooled_gather(weight, plan.rows, plan.scale, plan.offsets, out, plan.batch, plan.num_features)
+    return out.to(dtype)
+
+
+def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
+           plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor, *, optimizer: str, lr: float,
+           eps: float, betas: tuple[float, float], step: int, chunk_size: int) -> None:
+    """Backward + optimizer update of ``plan``'s rows of ``weight`` (and states) in place, by the
+    kernels or the reference; ``step`` is the already incremented global step."""
+    if kernels is None:
+        reference_update(weight, plan, grad, optimizer, lr, state1, state2, padding_rows, eps, betas, step)
+        return
+    seg = segments(plan.rows, padding_rows, chunk_size, weight.shape[0])
+    step_size = adam_step_size(lr, betas, step) if optimizer == "adam" else 0.0
+    kernels.fused_backward_update(
+        weight, state1, state2, grad, seg["perm"], plan.bag, plan.scale,
+        seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"],
+        seg["chunk_start"], seg["chunk_count"], optimizer=optimizer, lr=lr, eps=eps,
+        beta1=betas[0], beta2=betas[1], step_size=step_size)
+
+
+def segments(rows: torch.Tensor, padding_rows: torch.Tensor | None, chunk_size: int,
+             total_rows: int | None = None) -> dict[str, torch.Tensor]:
+    """Sort the entries by row and describe the segments (one per touched row) for the kernel.
+
+    Returns ``perm`` (entry order), per segment ``row``, ``start``, ``count``, ``nchunks`` (0
+    for a light row, ``ceil(count / chunk_size)`` for a hot one) and ``chunk`` (its first
+    chunk), and per chunk ``chunk_start``/``chunk_count`` (positions into ``perm``).
+    Segments of padding rows are dropped. The sort is stable, so each row's lookups are
+    summed in batch order. Three device synchronizations (the numbers of segments, of kept
+    segments and of chunks). Keys are sorted as int32 when ``total_rows < INT32_ROWS``.
+
+    Example:
+        >>> seg = segments(torch.tensor([5, 2, 5, 5, 0]), torch.tensor([0]), chunk_size=2)
+        >>> seg["row"].tolist(), seg["count"].tolist(), seg["nchunks"].tolist(), seg["chunk_count"].tolist()
+        ([2, 5], [1, 3], [0, 2], [2, 1])
+    """
+    keys = rows.to(torch.int32) if total_rows is not None and total_rows < INT32_ROWS else rows
+    sorted_rows, perm = torch.sort(keys, stable=True)
+    row, count = torch.unique_consecutive(sorted_rows, return_counts=True)
+    start = torch.cumsum(count, 0) - count
+    if padding_rows is not None and padding_rows.numel():
+        keep = torch.nonzero(~torch.isin(row, padding_rows.to(row.dtype))).squeeze(1)
+        if keep.numel() != row.numel():
+            row, count, start = row.index_select(0, keep), count.index_select(0, keep), start.index_select(0, keep)
+    nchunks = torch.where(count > chunk_size, (count + chunk_size - 1) // chunk_size, torch.zeros_like(count))
+    chunk = torch.cumsum(nchunks, 0) - nchunks
+    n_chunks = int(nchunks.sum()) if nchunks.numel() else 0
+    if n_chunks:
+        owner = torch.repeat_interleave(torch.arange(row.numel(), device=rows.device), nchunks, output_size=n_chunks)
+        local = torch.arange(n_chunks, device=rows.device) - chunk.index_select(0, owner)
+        chunk_start = start.index_select(0, owner) + local * chunk_size
+        chunk_count = torch.clamp(start.index_select(0, owner) + count.index_select(0, owner) - chunk_start,
+                                  max=chunk_size)
+    else:
+        chunk_start = chunk_count = torch.zeros(0, dtype=torch.int64, device=rows.device)
+    return {"perm": perm, "row": row, "start": start, "count": count, "nchunks": nchunks, "chunk": chunk,
+            "chunk_start": chunk_start, "chunk_count": chunk_count}

@@ -1,0 +1,306 @@
+"""The base of the table-batched embedding collections.
+
+A table-batched collection lays all its tables out in one row space (table ``t`` owns the rows
+``[table_offsets[t], table_offsets[t] + num_embeddings)``, FBGEMM's table-batched-embedding
+design), looks every feature of a batch up at once, and applies the optimizer update to the
+touched rows inside the backward pass. :class:`TableBatchedCollection` holds what
+:class:`~tabloader.torch.fused.FusedEmbeddingCollection` (all rows in one device buffer) and
+:class:`~tabloader.torch.offload.OffloadedEmbeddingCollection` (hot rows on the device, the
+rest in host memory) share:
+
+* the options (optimizer, ``lr``, ``eps``, ``betas``, output form, dtype, backend, ...) and
+  the step count, saved in the state dict;
+* the row layout, and turning a batch into one :class:`~tabloader.torch.reference.LookupPlan`
+  over it (with the checks of ids and offsets, one device synchronization);
+* the forward pass, and the autograd function that runs the update in the backward pass;
+* updating a set of rows by the Triton kernels or the PyTorch reference
+  (:mod:`tabloader.torch.dispatch`).
+
+A subclass decides where the rows live by implementing ``_parameter`` (the parameter autograd
+tracks; its device is the collection's), ``_prepare(plan, training)`` (what its lookup and update
+need for a batch), ``_lookup(prepared, dtype)`` (the ``(B * F, D)`` lookups) and
+``_update(prepared, grad)`` (the in-place update; the step is already counted).
+
+Example:
+    >>> from tabloader.torch.config import EmbeddingConfig
+    >>> from tabloader.torch.fused import FusedEmbeddingCollection
+    >>> coll = FusedEmbeddingCollection([EmbeddingConfig("a", 10, 4), EmbeddingConfig("b", 5, 4)])
+    >>> isinstance(coll, TableBatchedCollection), coll.table_offsets, coll.output_dim
+    (True, {'a': 0, 'b': 10}, 8)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from tabloader.torch import dispatch
+from tabloader.torch.config import EmbeddingConfig, check_configs
+from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
+from tabloader.torch.reference import OPTIMIZERS, LookupPlan
+
+__all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output"]
+
+MAX_DIM = 1024  # the widest row the kernels hold in registers (one row per program)
+MAX_TOTAL_ROWS = 2 ** 62  # flat row ids (table offset + id) stay far from int64 overflow
+OUTPUTS = ("concat", "stack", "dict")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # of the lookups and their gradient
+STATE_NAMES = {"sgd": (), "adagrad": ("state_sum",), "adam": ("exp_avg", "exp_avg_sq")}
+
+
+class TableBatchedCollection(nn.Module):
+    """Tables in one row space; the optimizer update runs inside the backward pass.
+
+    Takes the arguments the subclasses document (see
+    :class:`~tabloader.torch.fused.FusedEmbeddingCollection`); all tables need the same
+    ``embedding_dim``. Attributes: ``configs``, ``features`` (every table's features, in
+    config order: the order of the output), ``table_offsets``, ``total_rows``,
+    ``embedding_dim``, ``optimizer``, ``lr``, ``eps``, ``betas`` (read at each backward: set
+    them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``
+    and ``step`` (the number of updates so far).
+    """
+
+    def __init__(self, configs: Sequence[EmbeddingConfig], optimizer: str, lr: float, eps: float,
+                 betas: tuple[float, float], output: str, dtype: torch.dtype | None, validate_indices: bool,
+                 backend: str, chunk_size: int, device: Any) -> None:
+        super().__init__()
+        self._by_feature = check_configs(configs)
+        self.configs = list(configs)
+        self._set_options(optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size)
+        self._set_layout(device)
+
+    def _set_options(self, optimizer: str, lr: float, eps: float, betas: tuple[float, float], output: str,
+                     dtype: torch.dtype | None, validate_indices: bool, backend: str, chunk_size: int) -> None:
+        name = type(self).__name__
+        dims = {c.embedding_dim for c in self.configs}
+        if len(dims) != 1:
+            raise ValueError(
+                f"{name} needs one embedding_dim for all its tables (one buffer, one kernel); got "
+                f"{ {c.name: c.embedding_dim for c in self.configs} }. Build one collection per dim.")
+        self.embedding_dim = dims.pop()
+        if self.embedding_dim > MAX_DIM:
+            raise ValueError(f"embedding_dim {self.embedding_dim} > {MAX_DIM} is not supported by the fused kernels")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be 'concat', 'stack' or 'dict', got {output!r}")
+        if backend not in dispatch.BACKENDS:
+            raise ValueError(f"backend must be one of {dispatch.BACKENDS}, got {backend!r}")
+        if dtype is not None and dtype not in DTYPES:
+            raise TypeError(f"dtype must be float32, float16 or bfloat16 (weights stay float32), got {dtype}")
+        if int(chunk_size) < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.optimizer = optimizer
+        self.lr, self.eps, self.betas = float(lr), float(eps), (float(betas[0]), float(betas[1]))
+        self.output, self.dtype, self.backend = output, dtype, backend
+        self.validate_indices = validate_indices
+        self.chunk_size = int(chunk_size)
+        self.step = 0
+
+    def _set_layout(self, device: Any) -> None:
+        self.table_offsets, total = {}, 0
+        for cfg in self.configs:
+            self.table_offsets[cfg.name] = total
+            total += cfg.num_embeddings
+        if total >= MAX_TOTAL_ROWS:
+            raise ValueError(f"too many rows in total: {total}")
+        self.total_rows = total
+        self.features = [f for cfg in self.configs for f in cfg.features]
+        self._feature_cfg = [self._by_feature[f] for f in self.features]
+        feat_off = [self.table_offsets[c.name] for c in self._feature_cfg]
+        self.register_buffer("_feature_offsets", torch.tensor(feat_off, dtype=torch.int64, device=device),
+                             persistent=False)
+
+    def _new_states(self, rows: int, initial_accumulator_value: float, **factory: Any) -> list[torch.Tensor]:
+        """The optimizer's fresh state for ``rows`` rows, one tensor per name of :data:`STATE_NAMES`."""
+        if self.optimizer == "adagrad":  # row-wise: one accumulator per row
+            return [torch.full((rows,), float(initial_accumulator_value), **factory)]
+        return [torch.zeros((rows, self.embedding_dim), **factory) for _ in STATE_NAMES[self.optimizer]]
+
+    def _table_index(self, name: str) -> int:
+        for i, cfg in enumerate(self.configs):
+            if cfg.name == name:
+                return i
+        raise KeyError(f"no embedding table {name!r}; tables: {[c.name for c in self.configs]}")
+
+    @property
+    def output_dim(self) -> int:
+        return len(self.features) * self.embedding_dim
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.step = int(state.get("step", 0))
+
+    @property
+    def _parameter(self) -> nn.Parameter:
+        raise NotImplementedError
+
+    def _prepare(self, plan: LookupPlan, training: bool) -> Any:
+        raise NotImplementedError
+
+    def _lookup(self, prepared: Any, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _update(self, prepared: Any, grad: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def plan(self, features: Mapping[str, Any]) -> LookupPlan:
+        """Validate the batch's ids and flatten them into one :class:`LookupPlan`."""
+        device = self._parameter.device
+        parts = []
+        batch = None
+        for feat, cfg in zip(self.features, self._feature_cfg):
+            ids, offsets = split_feature(get_feature(features, feat, cfg.name), feat, cfg.name)
+            if ids.device != device:
+                raise ValueError(f"feature {feat!r} (table {cfg.name!r}) is on {ids.device}, "
+                                 f"the embedding weights on {device}")
+            b = ids.shape[0] if offsets is None else offsets.shape[0] - 1
+            if batch is None:
+                batch = b
+            elif b != batch:
+                raise ValueError(f"feature {feat!r} has batch size {b}, the previous features {batch}")
+            parts.append((feat, cfg, ids, offsets))
+        if all(off is None for _, _, _, off in parts):
+            return self._single_hot_plan(parts, batch)
+        if self.validate_indices:
+            self._validate(parts)
+        return self._pooled_plan(parts, batch, device)
+
+    def _single_hot_plan(self, parts: list, batch: int) -> LookupPlan:
+        ids = torch.stack([p[2].to(torch.int64) for p in parts], dim=1)  # (B, F)
+        if self.validate_indices and batch:
+            # two reductions over the (B, F) ids and one synchronization for all features
+            lo, hi = torch.aminmax(ids, dim=0)
+            for (feat, cfg, _, _), a, b in zip(parts, *torch.stack([lo, hi]).tolist()):
+                check_id_bounds(a, b, feat, cfg)
+        rows = (ids + self._feature_offsets[None, :]).reshape(-1)
+        return LookupPlan(rows, batch, len(parts))
+
+    def _pooled_plan(self, parts: list, batch: int, device: torch.device) -> LookupPlan:
+        n_feat = len(parts)
+        rows, bags, scales, lens = [], [], [], []
+        arange_b = torch.arange(batch, device=device)
+        for f, (feat, cfg, ids, offsets) in enumerate(parts):
+            off = self.table_offsets[cfg.name]
+            if offsets is None:
+                rows.append(ids.to(torch.int64) + off)
+                bags.append(arange_b * n_feat + f)
+                scales.append(torch.ones(batch, dtype=torch.float32, device=device))
+                lens.append(torch.ones(batch, dtype=torch.int64, device=device))
+                continue
+            offsets = offsets.to(torch.int64)
+            length = offsets.diff()
+            owner = torch.repeat_interleave(arange_b, length, output_size=ids.numel())
+            keep = (ids != cfg.padding_idx).float() if cfg.padding_idx is not None else \
+                torch.ones(ids.numel(), dtype=torch.float32, device=device)
+            if cfg.pooling == "mean":
+                count = torch.zeros(batch, dtype=torch.float32, device=device).index_add_(0, owner, keep)
+                keep = keep / count.clamp(min=1.0).index_select(0, owner)
+            rows.append(ids.to(torch.int64) + off)
+            bags.append(owner * n_feat + f)
+            scales.append(keep)
+            lens.append(length)
+        lens_all = torch.cat(lens)
+        csr = torch.zeros(lens_all.numel() + 1, dtype=torch.int64, device=device)
+        torch.cumsum(lens_all, 0, out=csr[1:])
+        return LookupPlan(torch.cat(rows), batch, n_feat, torch.cat(bags), torch.cat(scales), csr)
+
+    def _validate(self, parts: list) -> None:
+        stats, owners = [], []
+        for i, (feat, cfg, ids, offsets) in enumerate(parts):
+            if ids.numel():
+                stats += [ids.min().to(torch.int64), ids.max().to(torch.int64)]
+                owners.append(("ids", i))
+            if offsets is not None:
+                bad = (offsets[0] != 0) | (offsets[-1] != ids.numel())
+                if offsets.numel() > 1:
+                    bad = bad | (offsets.diff() < 0).any()
+                stats += [bad.to(torch.int64), offsets[-1].to(torch.int64)]
+                owners.append(("offsets", i))
+        if not stats:
+            return
+        values = torch.stack(stats).tolist()  # the one synchronization
+        for k, (kind, i) in enumerate(owners):
+            feat, cfg, ids, offsets = parts[i]
+            a, b = values[2 * k], values[2 * k + 1]
+            if kind == "ids":
+                check_id_bounds(a, b, feat, cfg)
+            elif a:
+                raise ValueError(
+                    f"feature {feat!r} (table {cfg.name!r}): offsets must start at 0, be non-decreasing "
+                    f"and end at len(values)={ids.numel()} (last offset is {b})")
+
+    def forward(self, features: Mapping[str, Any]) -> Any:
+        plan = self.plan(features)
+        parameter = self._parameter
+        training = torch.is_grad_enabled() and parameter.requires_grad
+        prepared = self._prepare(plan, training)
+        dtype = output_dtype(self.dtype, parameter.device)
+        if training:
+            out = _UpdateInBackward.apply(parameter, self, prepared, dtype)
+        else:
+            out = self._lookup(prepared, dtype)
+        return shape_output(out, self, plan)
+
+    @torch.no_grad()
+    def _backward(self, prepared: Any, grad: torch.Tensor) -> None:
+        if grad.dtype not in DTYPES:
+            raise TypeError(f"{type(self).__name__}: gradient dtype {grad.dtype} is not supported")
+        self.step += 1
+        self._update(prepared, grad.reshape(-1, self.embedding_dim).contiguous())
+
+    def _kernels_for(self, device: torch.device) -> Any:
+        return dispatch.kernels_for(self.backend, device, type(self).__name__)
+
+    def _update_rows(self, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
+                     plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor) -> None:
+        """Apply this step's update to ``plan``'s rows of ``weight`` and its states, in place."""
+        if plan.rows.numel() == 0:
+            return
+        dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
+                        optimizer=self.optimizer, lr=self.lr, eps=self.eps, betas=self.betas, step=self.step,
+                        chunk_size=self.chunk_size)
+
+
+class _UpdateInBackward(torch.autograd.Function):
+    """Forward: the collection's lookup. Backward: its update, in place; no gradient is returned."""
+
+    @staticmethod
+    def forward(ctx: Any, parameter: torch.Tensor, module: TableBatchedCollection, prepared: Any,
+                dtype: torch.dtype) -> torch.Tensor:
+        ctx.module, ctx.prepared, ctx.owner = module, prepared, type(module).__name__
+        return module._lookup(prepared, dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
+        module, prepared = ctx.module, ctx.prepared
+        if module is None:
+            raise RuntimeError(f"{ctx.owner}: a second backward through the same lookup "
+                               "would apply the update twice")
+        ctx.module = ctx.prepared = None
+        module._backward(prepared, grad)
+        return None, None, None, None
+
+
+def output_dtype(dtype: torch.dtype | None, device: torch.device) -> torch.dtype:
+    """The lookups' dtype: ``dtype`` if given, else autocast's on ``device`` when enabled, else fp32."""
+    if dtype is not None:
+        return dtype
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return torch.float32
+
+
+def shape_output(out: torch.Tensor, module: TableBatchedCollection, plan: LookupPlan) -> Any:
+    """Lookups ``(B * F, D)`` in the form ``module.output`` asks for: ``"concat"`` ``(B, F * D)``,
+    ``"stack"`` ``(B, F, D)`` or ``"dict"`` (feature name -> ``(B, D)``)."""
+    out = out.view(plan.batch, plan.num_features, module.embedding_dim)
+    if module.output == "stack":
+        return out
+    if module.output == "dict":
+        return {feat: out[:, f] for f, feat in enumerate(module.features)}
+    return out.reshape(plan.batch, plan.num_features * module.embedding_dim)
