@@ -158,6 +158,21 @@ class StatOperator(Operator):
             where = f" on {flatten_columns(columns)}" if columns is not None else ""
             raise NotFittedError(f"{self.label}{where} is not fitted: call Workflow.fit(dataset) before transform")
 
+    def check_fitted_on(self, columns: Sequence[str], fitted: Any) -> None:
+        """Raise NotFittedError naming the ``columns`` missing from ``fitted`` (statistics by column).
+
+        Example:
+            >>> from tabloader.ops import Normalize
+            >>> Normalize().check_fitted_on(["x", "y"], {"x": 0.5})
+            Traceback (most recent call last):
+            ...
+            tabloader.ops.base.NotFittedError: Normalize was not fitted on column(s) ['y'] (fitted on ['x']); refit the workflow
+        """
+        missing = [c for c in columns if c not in fitted]
+        if missing:
+            raise NotFittedError(f"{self.label} was not fitted on column(s) {missing} (fitted on {list(fitted)}); "
+                                 "refit the workflow")
+
 
 class CachedLookups:
     """Mixin for statistical operators that cache lookup tables built from their fitted state.
