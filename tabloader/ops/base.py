@@ -24,23 +24,15 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
+from tabloader.graph import Columns, Node, OpNode, flatten_columns
 from tabloader.schema import ColumnSchema, Schema
 
-Columns = Sequence[Any]  # column names; a tuple of names is a group (for joint/combo encodings)
+__all__ = ["Columns", "flatten_columns", "group_name", "NotFittedError", "Operator", "StatOperator",
+           "CachedLookups", "check_numeric"]
 
 
 class NotFittedError(RuntimeError):
     """A statistical operator was used before the workflow that holds it was fit."""
-
-
-def flatten_columns(columns: Columns) -> list[str]:
-    """Column names with groups expanded, in order, without repeats."""
-    out: list[str] = []
-    for col in columns:
-        for name in (col if isinstance(col, (tuple, list)) else (col,)):
-            if name not in out:
-                out.append(name)
-    return out
 
 
 def group_name(group: Any) -> str:
@@ -51,10 +43,8 @@ def group_name(group: Any) -> str:
 class _OperatorType(type):
     """Lets an operator class stand on the right of ``>>``: ``["a"] >> LogOp`` means ``LogOp()``."""
 
-    def __rrshift__(cls, other: Any) -> Any:
-        from tabloader.graph import Node
-
-        return Node.coerce(other) >> cls
+    def __rrshift__(cls, other: Any) -> OpNode:
+        return OpNode(Node.coerce(other), cls())
 
 
 class Operator(metaclass=_OperatorType):
@@ -123,10 +113,8 @@ class Operator(metaclass=_OperatorType):
         return f"{type(self).__name__}({args})"
 
     # --- graph composition --------------------------------------------------------------
-    def __rrshift__(self, other: Any) -> Any:
-        from tabloader.graph import Node
-
-        return Node.coerce(other) >> self
+    def __rrshift__(self, other: Any) -> OpNode:
+        return OpNode(Node.coerce(other), self)
 
 
 class StatOperator(Operator):
