@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from tabloader import backend
@@ -136,7 +137,16 @@ def resolve(output: "Node", input_schema: Schema) -> tuple[dict["Node", NodeColu
     return {node: r.columns for node, r in resolved.items()}, resolved[output].schema
 
 
-class Node:
+class _NodeType(type):
+    """Keeps ``Node(kind, ...)``, the constructor from before the kinds were classes, working (deprecated)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Node:
+            return _node_of_kind(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+class Node(metaclass=_NodeType):
     """One step of a workflow graph; the subclasses are the kinds of step.
 
     Subclasses set :attr:`kind` (the name saved workflows record) and :attr:`parent_count`, and
@@ -423,3 +433,14 @@ class DropNode(Node):
 
 
 NODE_KINDS: dict[str, type[Node]] = {cls.kind: cls for cls in (SelectNode, OpNode, ConcatNode, DropNode)}
+
+
+def _node_of_kind(kind: str, parents: Sequence[Node] = (), op: Any = None, selector: ColumnSelector | None = None,
+                  dropped: Sequence[str] = ()) -> Node:
+    if kind not in NODE_KINDS:
+        raise ValueError(f"unknown node kind {kind!r}; the kinds are {sorted(NODE_KINDS)}")
+    cls = NODE_KINDS[kind]
+    warnings.warn(f"Node({kind!r}, ...) is deprecated: build nodes with `>>`, `+` and `-`, or {cls.__name__}(...)",
+                  DeprecationWarning, stacklevel=3)
+    fields = {"selector": selector.to_dict() if selector else None, "dropped": list(dropped)}
+    return cls.from_record(fields, list(parents), op)  # each kind takes the fields it has

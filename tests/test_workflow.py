@@ -183,6 +183,16 @@ def test_a_list_holding_something_else_than_names_is_refused():
             Node.coerce(selection)
 
 
+def test_node_of_a_kind_by_name_still_builds_with_a_deprecation_warning(frame):
+    with pytest.warns(DeprecationWarning, match=r"Node\('select', \.\.\.\) is deprecated"):
+        select = Node("select", selector=ColumnSelector(["a", "b"]))
+    with pytest.warns(DeprecationWarning):
+        graph = Node("drop", [Node("concat", [Node("op", [select], op=T.AddOne()), Node.coerce("c")])], dropped=["b"])
+    out = Workflow(graph, progress=False).fit_transform(frame)
+    assert list(out.columns) == ["a", "c"]
+    np.testing.assert_allclose(out["a"], frame["a"] + 1)
+
+
 def test_the_graph_module_loads_no_operator():
     # operators import the graph, never the reverse: the graph alone loads no operator module
     code = "import sys, tabloader.graph; print(sorted(m for m in sys.modules if m.startswith('tabloader.ops')))"
