@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 from tabloader.spec import SPEC_HELP, load_workflow_spec
 
 _LARGEST = 2**63 - 1  # numpy's int64: the largest count or seed the commands can use
+_SIGNALED = 128  # a shell reports a command that signal N ended as exit code 128 + N
 
 TRUST_HELP = ("import MODULE (a dotted name; repeat for several) and trust the functions defined in it; "
               "operators it registers on import can be loaded. Nothing is imported or trusted otherwise")
@@ -144,10 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from tabloader.demo import format_report, run_demo
+    from tabloader.demo import MIN_ROWS, format_report, run_demo
 
-    if args.rows < 2000:
-        raise CommandError(f"--rows must be >= 2000 for the demo's train/validation split, got {args.rows}")
+    if args.rows < MIN_ROWS:
+        raise CommandError(f"--rows must be >= {MIN_ROWS} for the demo's train/validation split, got {args.rows}")
     if not args.quiet:
         print(f"tabloader demo: {args.rows:,} rows (progress on stderr; --quiet to hide it)", file=sys.stderr)
     report = run_demo(rows=args.rows, device=args.device, workdir=args.workdir, seed=args.seed, quiet=args.quiet,
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # Whatever is still buffered for stdout goes nowhere, so exiting prints nothing either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        return _SIGNALED + signal.SIGPIPE
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -333,7 +334,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt as exc:
         print(f"tabloader {args.command}: {'terminated' if isinstance(exc, _Terminated) else 'interrupted'}",
               file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
+        return _SIGNALED + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
     except Exception as exc:  # anything else: still one line, and a nonzero code
         print(f"tabloader {args.command}: error: {type(exc).__name__}: {_in_flags(str(exc), flags)}", file=sys.stderr)
         return 1

@@ -38,7 +38,8 @@ def upgrade_state(cls: type, state: dict[str, Any], where: str) -> dict[str, Any
 def _nest(state: dict[str, Any], names_key: str, numbered: dict[str, str]) -> dict[str, Any]:
     """``state`` with the entries numbered after the names in ``state[names_key]`` gathered in dicts by name."""
     names = state[names_key]
-    nested = {key: {name: state[pattern.format(i)] for i, name in enumerate(names)} for key, pattern in numbered.items()}
+    nested = {key: {name: state[pattern.format(i)] for i, name in enumerate(names)}
+              for key, pattern in numbered.items()}
     flat = {pattern.format(i) for pattern in numbered.values() for i in range(len(names))}
     return {**{k: v for k, v in state.items() if k != names_key and k not in flat}, **nested}
 

@@ -154,7 +154,7 @@ class StatOperator(Operator):
             >>> Normalize().check_fitted_on(["x", "y"], {"x": 0.5})
             Traceback (most recent call last):
             ...
-            tabloader.ops.base.NotFittedError: Normalize was not fitted on column(s) ['y'] (fitted on ['x']); refit the workflow
+            tabloader.ops.base.NotFittedError: Normalize was not fitted on column(s) ['y'] (fitted on ['x']); ...
         """
         missing = [c for c in columns if c not in fitted]
         if missing:
