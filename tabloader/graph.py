@@ -1,7 +1,7 @@
 """Column graphs: select columns, apply operators with ``>>``, combine with ``+``, drop with ``-``.
 
 A graph is built of four kinds of node, one class each: :class:`SelectNode` (columns of the
-input data), :class:`OpNode` (an operator over its parent's output), :class:`ConcatNode` (the
+input data, chosen by a :class:`~tabloader.selector.ColumnSelector`), :class:`OpNode` (an operator over its parent's output), :class:`ConcatNode` (the
 outputs of several nodes side by side) and :class:`DropNode` (its parent's output without some
 columns). Each kind owns how it resolves its columns against a schema, computes its output for
 one partition, describes itself and is recorded in a saved workflow.
@@ -22,28 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from tabloader import backend
-from tabloader.records import check_key, check_names, is_column
+from tabloader.records import check_key, check_names
 from tabloader.schema import Schema, Tags
-
-Columns = Sequence[Any]  # column names; a tuple of names is a group (for joint/combo encodings)
-
-
-def flatten_columns(columns: Columns) -> list[str]:
-    """Column names with groups expanded, in order, without repeats.
-
-    Example:
-        >>> flatten_columns(["a", ("b", "a"), "c"])
-        ['a', 'b', 'c']
-    """
-    out: list[str] = []
-    for col in columns:
-        for name in (col if isinstance(col, (tuple, list)) else (col,)):
-            if name not in out:
-                out.append(name)
-    return out
+from tabloader.selector import ColumnSelector, Columns, flatten_columns
 
 
 @runtime_checkable
@@ -58,51 +42,6 @@ class GraphOperator(Protocol):
     def dependencies(self) -> list[str]: ...
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema: ...
-
-
-class ColumnSelector:
-    """Columns chosen by name (a tuple of names is a group) and by tag.
-
-    Example:
-        >>> from tabloader.schema import ColumnSchema
-        >>> s = Schema([ColumnSchema("a", tags={"categorical"}), ColumnSchema("b")])
-        >>> ColumnSelector(["b"], tags=["categorical"]).resolve(s)
-        ['b', 'a']
-    """
-
-    def __init__(self, names: Iterable[Any] = (), tags: Iterable[Any] = ()) -> None:
-        self.names = [tuple(n) if isinstance(n, (list, tuple)) else n for n in names]
-        self.tags = [str(t) for t in tags]
-
-    def resolve(self, schema: Schema) -> list[Any]:
-        """The selected columns of ``schema``; a missing name raises a KeyError listing what exists."""
-        missing = [n for n in flatten_columns(self.names) if n not in schema]
-        if missing:
-            raise KeyError(f"column(s) {missing} selected but not in the data; available: {schema.column_names}")
-        out = list(self.names)
-        for col in schema.select_by_tag(*self.tags) if self.tags else []:
-            if col.name not in out:
-                out.append(col.name)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": [list(n) if isinstance(n, tuple) else n for n in self.names], "tags": self.tags}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ColumnSelector":
-        return cls(data["names"], data["tags"])
-
-    @staticmethod
-    def check_dict(data: dict[str, Any], where: str) -> None:
-        """Raise ValueError unless ``data`` (untrusted JSON) is what :meth:`to_dict` writes."""
-        check_key(data, "names", list, where, "a selector")
-        check_key(data, "tags", list, where, "a selector")
-        if not all(map(is_column, data["names"])) or not all(isinstance(t, str) for t in data["tags"]):
-            raise ValueError(f"{where}: selector names must be column names (or lists of them), tags strings")
-
-    def describe(self) -> str:
-        parts = [f'"{n}"' if isinstance(n, str) else str(list(n)) for n in self.names] + [f"tag:{t}" for t in self.tags]
-        return f"[{', '.join(parts)}]"
 
 
 @dataclasses.dataclass(frozen=True)

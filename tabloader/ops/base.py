@@ -24,8 +24,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
-from tabloader.graph import Columns, Node, OpNode, flatten_columns
+from tabloader.graph import Node, OpNode
 from tabloader.schema import ColumnSchema, Schema
+from tabloader.selector import Columns, flatten_columns
 
 __all__ = ["Columns", "flatten_columns", "group_name", "NotFittedError", "Operator", "StatOperator",
            "CachedLookups", "check_numeric"]
