@@ -30,32 +30,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-FIT_SPEC_HELP = """\
-WORKFLOW_SPEC is a YAML (or JSON) file or a Python file.
-
-YAML: a mapping with `groups` (a list of column groups, each with `columns: [names]` or
-`tag: <tag>` and `ops: [...]`, the operators applied in order) and optional `passthrough`
-(columns copied as they are). An operator is a name from tabloader.ops, alone or with its
-arguments as a mapping:
-
-    groups:
-      - tag: categorical                  # or: columns: [C1, C2, ...]
-        ops:
-          - Categorify: {freq_threshold: 2}
-      - columns: [I1, I2, I3]
-        ops: [FillMissing: {fill_val: 0}, Clip: {min_value: 0}, LogOp, Normalize]
-    passthrough: [label]
-
-A top-level list is read as `groups` alone.
-
-Python: a file that defines `workflow`, a tabloader.Workflow (not yet fitted), e.g.
-
-    from tabloader import Workflow, ops
-    workflow = Workflow((["C1", "C2"] >> ops.Categorify()) + ["label"])
-"""
-
+from tabloader.spec import SPEC_HELP, load_workflow_spec
 
 _LARGEST = 2**63 - 1  # numpy's int64: the largest count or seed the commands can use
+_SIGNALED = 128  # a shell reports a command that signal N ended as exit code 128 + N
 
 TRUST_HELP = ("import MODULE (a dotted name; repeat for several) and trust the functions defined in it; "
               "operators it registers on import can be loaded. Nothing is imported or trusted otherwise")
@@ -132,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--overwrite", action="store_true")
 
     fit = sub.add_parser("fit", help="fit a workflow (YAML or Python spec) on a dataset and save it",
-                         description="Fit a workflow on DATA and save it to OUT.", epilog=FIT_SPEC_HELP,
+                         description="Fit a workflow on DATA and save it to OUT.", epilog=SPEC_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     fit.add_argument("spec", metavar="WORKFLOW_SPEC", help="a .yaml/.yml/.json or .py file (see below)")
     fit.add_argument("data", metavar="DATA", help="parquet/CSV file, directory or glob")
@@ -166,14 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --------------------------------------------------------------------------------------------
-# demo / synth
-# --------------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> None:
-    from tabloader.demo import format_report, run_demo
+    from tabloader.demo import MIN_ROWS, format_report, run_demo
 
-    if args.rows < 2000:
-        raise CommandError(f"--rows must be >= 2000 for the demo's train/validation split, got {args.rows}")
+    if args.rows < MIN_ROWS:
+        raise CommandError(f"--rows must be >= {MIN_ROWS} for the demo's train/validation split, got {args.rows}")
     if not args.quiet:
         print(f"tabloader demo: {args.rows:,} rows (progress on stderr; --quiet to hide it)", file=sys.stderr)
     report = run_demo(rows=args.rows, device=args.device, workdir=args.workdir, seed=args.seed, quiet=args.quiet,
@@ -191,136 +166,14 @@ def cmd_synth(args: argparse.Namespace) -> None:
           f"in {time.perf_counter() - start:.1f} s")
 
 
-# --------------------------------------------------------------------------------------------
-# fit / transform
-# --------------------------------------------------------------------------------------------
-def load_workflow_spec(path: str, schema: Any = None) -> Any:
-    """An unfitted :class:`tabloader.Workflow` from a YAML/JSON or Python spec file (see
-    ``tabloader fit --help``). ``schema`` (the data's) lets `tag:` groups be checked early."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"workflow spec {path} does not exist")
-    suffix = Path(path).suffix.lower()
-    if suffix == ".py":
-        return _workflow_from_python(path)
-    if suffix in (".yaml", ".yml", ".json"):
-        return _workflow_from_yaml(path, schema)
-    raise CommandError(f"workflow spec {path}: expected a .yaml, .yml, .json or .py file")
-
-
-def _workflow_from_python(path: str) -> Any:
-    import runpy
-
-    from tabloader.workflow import Workflow
-
-    try:
-        namespace = runpy.run_path(path, run_name="tabloader_workflow_spec")
-    except Exception as exc:
-        raise CommandError(f"workflow spec {path} failed to run: {type(exc).__name__}: {exc}") from exc
-    workflow = namespace.get("workflow")
-    if not isinstance(workflow, Workflow):
-        got = "nothing" if workflow is None else type(workflow).__name__
-        raise CommandError(f"workflow spec {path} must define `workflow`, a tabloader.Workflow (it defines {got})")
-    return workflow
-
-
-def _workflow_from_yaml(path: str, schema: Any = None) -> Any:
-    import yaml
-
-    from tabloader.graph import ColumnSelector, Node
-    from tabloader.workflow import Workflow
-
-    try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except yaml.YAMLError as exc:
-        raise CommandError(f"workflow spec {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    if isinstance(doc, list):
-        doc = {"groups": doc}
-    if not isinstance(doc, dict):
-        raise CommandError(f"workflow spec {path}: expected a mapping with `groups` (and `passthrough`), "
-                           f"got {type(doc).__name__}")
-    unknown = set(doc) - {"groups", "passthrough"}
-    if unknown:
-        raise CommandError(f"workflow spec {path}: unknown key(s) {sorted(unknown)}; expected `groups`, `passthrough`")
-    groups = doc.get("groups") or []
-    passthrough = doc.get("passthrough") or []
-    if isinstance(passthrough, str):
-        passthrough = [passthrough]
-    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-        raise CommandError(f"workflow spec {path}: `groups` must be a list of mappings")
-    if not groups and not passthrough:
-        raise CommandError(f"workflow spec {path} defines no groups and no passthrough columns")
-    outputs: list[Any] = []
-    for i, group in enumerate(groups):
-        where = f"workflow spec {path}, group {i + 1}"
-        extra = set(group) - {"columns", "tag", "ops"}
-        if extra:
-            raise CommandError(f"{where}: unknown key(s) {sorted(extra)}; expected `columns` or `tag`, and `ops`")
-        if ("columns" in group) == ("tag" in group):
-            raise CommandError(f"{where}: give exactly one of `columns` and `tag`")
-        if "columns" in group:
-            columns = group["columns"]
-            columns = [columns] if isinstance(columns, str) else columns
-            if not isinstance(columns, list) or not columns or not all(isinstance(c, str) for c in columns):
-                raise CommandError(f"{where}: `columns` must be a non-empty list of column names")
-            if schema is not None:
-                missing = [c for c in columns if c not in schema]
-                if missing:
-                    raise CommandError(f"{where}: column(s) {missing} not in the data (columns: {schema.column_names})")
-            node = Node.coerce(list(columns))
-        else:
-            tag = str(group["tag"])
-            if schema is not None and not schema.select_by_tag(tag).column_names:
-                raise CommandError(f"{where}: no column of the data is tagged {tag!r}")
-            node = Node("select", selector=ColumnSelector(tags=[tag]))
-        op_specs = group.get("ops") or []
-        if not isinstance(op_specs, list):
-            op_specs = [op_specs]
-        for spec in op_specs:
-            node = node >> _make_op(spec, where)
-        outputs.append(node)
-    if passthrough:
-        outputs.append(Node.coerce(list(passthrough)))
-    output = outputs[0]
-    for node in outputs[1:]:
-        output = output + node
-    return Workflow(output)
-
-
-def _make_op(spec: Any, where: str) -> Any:
-    """A registered operator (by class name, or saved name for a registered third-party one)."""
-    from tabloader.registry import UntrustedError, operator_class
-
-    if isinstance(spec, str):
-        name, kwargs = spec, {}
-    elif isinstance(spec, dict) and len(spec) == 1:
-        name, kwargs = next(iter(spec.items()))
-        kwargs = kwargs or {}
-    else:
-        raise CommandError(f"{where}: an op is a name or a one-key mapping {{Name: {{arguments}}}}, got {spec!r}")
-    try:
-        cls = operator_class(str(name), where, short_names=True)
-    except UntrustedError as exc:
-        raise CommandError(str(exc)) from None
-    if not isinstance(kwargs, dict):
-        raise CommandError(f"{where}: the arguments of {name} must be a mapping, got {kwargs!r}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise CommandError(f"{where}: bad arguments for {name}: {exc}") from None
-
-
 def cmd_fit(args: argparse.Namespace) -> None:
     from tabloader import Dataset
+    from tabloader.describe import describe_schema
 
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
     dataset = Dataset(args.data)
-    workflow = load_workflow_spec(args.spec, dataset.schema)
-    missing = [c for c in workflow.input_columns if c not in dataset.schema]
-    if missing:
-        raise CommandError(f"the workflow reads column(s) {missing}, which {args.data} lacks "
-                           f"(columns: {dataset.schema.column_names})")
+    workflow = load_workflow_spec(args.spec, dataset.schema)  # a column the data lacks is named here or by fit
     start = time.perf_counter()
     workflow.fit(dataset, progress=not args.quiet)
     workflow.save(args.out, overwrite=args.overwrite)
@@ -375,118 +228,19 @@ def load_saved_workflow(path: str, trust: Sequence[str], untrusted: str = "raise
                            "operators) and trusts the functions defined in it") from None
 
 
-# --------------------------------------------------------------------------------------------
-# inspect
-# --------------------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> None:
     from tabloader import Dataset
+    from tabloader.describe import describe_dataset, describe_workflow
     from tabloader.saved_workflow import WORKFLOW_FILE
 
     if os.path.isdir(args.path) and os.path.isfile(os.path.join(args.path, WORKFLOW_FILE)):
         trusted_modules(args.trust)  # for the operators they register: inspect loads no function
-        describe_workflow(args.path)
+        # Its functions are shown by name, never loaded or run; an unregistered operator class fails closed.
+        describe_workflow(load_saved_workflow(args.path, (), untrusted="placeholder"), args.path)
     else:
-        describe(Dataset(args.path))
+        describe_dataset(Dataset(args.path))
 
 
-def describe(dataset) -> None:
-    print(f"{dataset}\nrows: {dataset.num_rows:,}  partitions: {dataset.npartitions}")
-    _print_columns(dataset.schema)
-
-
-def _print_columns(schema) -> None:
-    if not len(schema):
-        print("  (no columns)")
-        return
-    width = max(len(c.name) for c in schema)
-    for col in schema:
-        kind = f"list<{col.dtype}>" if col.is_list else col.dtype
-        props = ", ".join(f"{k}={_short(v)}" for k, v in col.properties.items())
-        print(f"  {col.name:<{width}}  {kind:<10} {','.join(sorted(col.tags)):<24} {props}".rstrip())
-
-
-def describe_schema(schema, what: str) -> None:
-    print(f"{what} schema: {len(schema)} column(s)")
-    _print_columns(schema)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = str(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def describe_workflow(path: str) -> None:
-    """Print a saved workflow's graph, schemas and statistics. Its functions are shown by name and
-    never loaded or run (the CLI trusts none); an unregistered operator class fails closed."""
-    from tabloader.ops.base import StatOperator
-    from tabloader.registry import UntrustedFunction
-
-    wf = load_saved_workflow(path, (), untrusted="placeholder")
-    print(f"workflow {path}: {sum(n.kind == 'op' for n in wf.nodes)} operator(s), "
-          f"{len(wf.input_schema_)} input column(s) -> {len(wf.output_schema)} output column(s)")
-    print(f"graph: {wf.output_node.describe()}")
-    for node in wf.nodes:
-        for key, value in (node.op.get_config() if node.kind == "op" else {}).items():
-            if isinstance(value, UntrustedFunction):
-                print(f"function: {type(node.op).__name__} {key}={value.name} (not loaded: the CLI trusts no function)")
-    describe_schema(wf.input_schema_, "input")
-    describe_schema(wf.output_schema, "output")
-    print("fitted statistics:")
-    stat_nodes = [n for n in wf.nodes if n.kind == "op" and isinstance(n.op, StatOperator)]
-    if not stat_nodes:
-        print("  (no statistical operators)")
-    for node in stat_nodes:
-        cols = [c if isinstance(c, str) else "+".join(c) for c in node.input_columns or []]
-        print(f"  {type(node.op).__name__} on {_short(', '.join(cols), 80)}")
-        for line in _state_lines(node.op.get_state()):
-            print(f"    {line}")
-
-
-def _state_lines(state: dict) -> list[str]:
-    """Per-column scalars of an op's fitted state as a small table; other entries summarized."""
-    import numpy as np
-
-    per_column: dict[str, dict[str, Any]] = {}
-    other: list[str] = []
-    vocab_sizes = [len(v) for k, v in state.items() if k.startswith("vocab_") and hasattr(v, "__len__")]
-    if vocab_sizes:
-        other.append(f"vocabularies: {len(vocab_sizes)}, {min(vocab_sizes):,} to {max(vocab_sizes):,} values "
-                     f"({sum(vocab_sizes):,} in all)")
-    for key, value in state.items():
-        if key.startswith("vocab_") and vocab_sizes:
-            continue
-        if isinstance(value, dict) and value and all(np.isscalar(v) for v in value.values()):
-            for col, v in value.items():
-                per_column.setdefault(str(col), {})[key] = v
-        elif hasattr(value, "__len__") and not isinstance(value, (str, dict)):
-            if key == "keys":
-                continue
-            other.append(f"{key}: {len(value):,} entries")
-        elif not isinstance(value, dict):
-            other.append(f"{key}: {_short(value)}")
-    lines = []
-    if per_column:
-        keys = list(dict.fromkeys(k for d in per_column.values() for k in d))
-        width = max(len(c) for c in per_column)
-        lines.append(f"{'column':<{width}}  " + "  ".join(f"{k:>14}" for k in keys))
-        for col, values in per_column.items():
-            lines.append(f"{col:<{width}}  " + "  ".join(f"{_fmt(values.get(k)):>14}" for k in keys))
-    return lines + other
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "f"):
-        return f"{float(value):.6g}"
-    if isinstance(value, (int,)) or hasattr(value, "dtype"):
-        return f"{int(value):,}"
-    return _short(value, 14)
-
-
-# --------------------------------------------------------------------------------------------
-# bench
-# --------------------------------------------------------------------------------------------
 def benchmarks_dir() -> Path:
     import tabloader
 
@@ -552,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # Whatever is still buffered for stdout goes nowhere, so exiting prints nothing either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        return _SIGNALED + signal.SIGPIPE
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -580,7 +334,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt as exc:
         print(f"tabloader {args.command}: {'terminated' if isinstance(exc, _Terminated) else 'interrupted'}",
               file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
+        return _SIGNALED + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
     except Exception as exc:  # anything else: still one line, and a nonzero code
         print(f"tabloader {args.command}: error: {type(exc).__name__}: {_in_flags(str(exc), flags)}", file=sys.stderr)
         return 1

@@ -41,6 +41,7 @@ CATEGORICAL = [f"C{i}" for i in range(1, 27)]
 CONTINUOUS = [f"I{i}" for i in range(1, 14)]
 LABEL = "label"
 ROWS_PER_FILE = 250_000
+MIN_ROWS = 2000  # fewer leave too few rows for a meaningful train/validation split
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,8 +247,8 @@ def run_demo(rows: int = 1_000_000, device: str = "auto", workdir: str | None = 
     from tabloader.metrics import log_loss, roc_auc
 
     rows = int(rows)
-    if rows < 2000:
-        raise ValueError(f"rows must be >= 2000 for a meaningful train/validation split, got {rows}")
+    if rows < MIN_ROWS:
+        raise ValueError(f"rows must be >= {MIN_ROWS} for a meaningful train/validation split, got {rows}")
     if not 0.0 < valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
     if batch_size < 1 or epochs < 1:

@@ -1,5 +1,16 @@
 """Column graphs: select columns, apply operators with ``>>``, combine with ``+``, drop with ``-``.
 
+A graph is built of four kinds of node, one class each: :class:`SelectNode` (columns of the
+input data, chosen by a :class:`~tabloader.selector.ColumnSelector`), :class:`OpNode` (an operator over its parent's output), :class:`ConcatNode` (the
+outputs of several nodes side by side) and :class:`DropNode` (its parent's output without some
+columns). Each kind owns how it resolves its columns against a schema, computes its output for
+one partition, describes itself and is recorded in a saved workflow.
+
+Nodes hold no resolved state: :func:`resolve` returns every node's :class:`NodeColumns`, which
+a :class:`tabloader.plan.Plan` keeps, so one node can serve several workflows. The graph knows
+operators only by what it calls on them (:class:`GraphOperator`): operator modules import the
+graph, never the reverse.
+
 Example:
     >>> from tabloader import ops
     >>> node = ["a", "b"] >> ops.FillMissing(0)
@@ -9,108 +20,130 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import dataclasses
+import warnings
+from typing import Any, Protocol, Sequence, runtime_checkable
 
-from tabloader.ops.base import Operator, flatten_columns
+from tabloader import backend
+from tabloader.records import check_key, check_names
 from tabloader.schema import Schema, Tags
+from tabloader.selector import ColumnSelector, Columns, flatten_columns
 
 
-class ColumnSelector:
-    """Columns chosen by name (a tuple of names is a group) and by tag.
+@runtime_checkable
+class GraphOperator(Protocol):
+    """What the graph uses of an operator; :class:`tabloader.ops.Operator` is the class to subclass."""
 
-    Example:
-        >>> from tabloader.schema import ColumnSchema
-        >>> s = Schema([ColumnSchema("a", tags={"categorical"}), ColumnSchema("b")])
-        >>> ColumnSelector(["b"], tags=["categorical"]).resolve(s)
-        ['b', 'a']
+    preserves_rows: bool
+    label: str
+
+    def transform(self, columns: Columns, frame: Any) -> Any: ...
+
+    def dependencies(self) -> list[str]: ...
+
+    def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeColumns:
+    """A node's columns, resolved against the input data's schema.
+
+    ``output``: the columns the node gives. ``input``: what its operator sees (groups kept as
+    tuples; None for nodes that hold no operator and select nothing). ``dependency``: columns
+    of the input data an operator reads besides its parent's output.
     """
 
-    def __init__(self, names: Iterable[Any] = (), tags: Iterable[Any] = ()) -> None:
-        self.names = [tuple(n) if isinstance(n, (list, tuple)) else n for n in names]
-        self.tags = [str(t) for t in tags]
-
-    def resolve(self, schema: Schema) -> list[Any]:
-        """The selected columns of ``schema``; a missing name raises a KeyError listing what exists."""
-        missing = [n for n in flatten_columns(self.names) if n not in schema]
-        if missing:
-            raise KeyError(f"column(s) {missing} selected but not in the data; available: {schema.column_names}")
-        out = list(self.names)
-        for col in schema.select_by_tag(*self.tags) if self.tags else []:
-            if col.name not in out:
-                out.append(col.name)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": [list(n) if isinstance(n, tuple) else n for n in self.names], "tags": self.tags}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ColumnSelector":
-        return cls(data["names"], data["tags"])
-
-    def describe(self) -> str:
-        parts = [f'"{n}"' if isinstance(n, str) else str(list(n)) for n in self.names] + [f"tag:{t}" for t in self.tags]
-        return f"[{', '.join(parts)}]"
+    output: list[str]
+    input: list[Any] | None = None
+    dependency: list[str] = dataclasses.field(default_factory=list)
 
 
-class Node:
-    """One step of a workflow graph.
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What resolving one node gives: its columns, its output schema, and for each output column
+    the op node that computed it (None: a column of the input data), to tell apart clashes."""
 
-    Kinds: ``select`` (columns of the input data), ``op`` (an operator over its parent's
-    output), ``concat`` (the outputs of several nodes side by side) and ``drop`` (its parent's
-    output without some columns). Resolved column names are set by :meth:`resolve`.
+    columns: NodeColumns
+    schema: Schema
+    origins: dict[str, "Node | None"]
+
+
+def resolve(output: "Node", input_schema: Schema) -> tuple[dict["Node", NodeColumns], Schema]:
+    """Every node's columns (parents before children) and the output schema of ``output``."""
+    resolved: dict[Node, Resolved] = {}
+    for node in output.walk():
+        resolved[node] = node.resolve_step(input_schema, [resolved[p] for p in node.parents])
+    return {node: r.columns for node, r in resolved.items()}, resolved[output].schema
+
+
+class _NodeType(type):
+    """Keeps ``Node(kind, ...)``, the constructor from before the kinds were classes, working (deprecated)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Node:
+            return _node_of_kind(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+class Node(metaclass=_NodeType):
+    """One step of a workflow graph; the subclasses are the kinds of step.
+
+    Subclasses set :attr:`kind` (the name saved workflows record) and :attr:`parent_count`, and
+    implement :meth:`resolve_step`, :meth:`evaluate` and :meth:`describe`.
     """
 
-    def __init__(self, kind: str, parents: Sequence["Node"] = (), op: Operator | None = None,
-                 selector: ColumnSelector | None = None, dropped: Sequence[str] = ()) -> None:
-        self.kind, self.parents, self.op, self.selector = kind, list(parents), op, selector
-        self.dropped = list(dropped)
-        self.input_columns: list[Any] | None = None  # what the op sees (groups kept)
-        self.output_columns: list[str] | None = None
-        self.dependency_columns: list[str] = []
+    kind: str
+    parent_count: tuple[int, int | None]  # (fewest, most); None: no limit
+    record_fields: dict[str, type] = {}  # keys of its saved record besides kind/parents/columns
 
-    # --- construction -------------------------------------------------------------------
-    @classmethod
-    def coerce(cls, other: Any) -> "Node":
+    def __init__(self, parents: Sequence["Node"] = ()) -> None:
+        self.parents = list(parents)
+
+    # --- construction ------------------------------------------------------------------------
+    @staticmethod
+    def coerce(other: Any) -> "Node":
         """A node from a node, a column name, a tag, or a list of names/tags/nodes."""
         if isinstance(other, Node):
             return other
         if isinstance(other, Tags):
-            return cls("select", selector=ColumnSelector(tags=[other]))
+            return SelectNode(ColumnSelector(tags=[other]))
         if isinstance(other, str):
-            return cls("select", selector=ColumnSelector([other]))
+            return SelectNode(ColumnSelector([other]))
         if isinstance(other, ColumnSelector):
-            return cls("select", selector=other)
-        if isinstance(other, (list, tuple)):
+            return SelectNode(other)
+        if isinstance(other, (list, tuple)) and other:
+            unknown = [n for n in other if not isinstance(n, (Node, str, list, tuple))]
+            if unknown:
+                raise _cannot_select(unknown[0])
             nodes = [n for n in other if isinstance(n, Node)]
             names = [n for n in other if isinstance(n, (str, list, tuple)) and not isinstance(n, Tags)]
             tags = [t for t in other if isinstance(t, Tags)]
-            plain = [cls("select", selector=ColumnSelector(names, tags))] if names or tags else []
+            plain = [SelectNode(ColumnSelector(names, tags))] if names or tags else []
             parts = plain + nodes
-            return parts[0] if len(parts) == 1 else cls("concat", parts)
-        raise TypeError(f"cannot select columns with {other!r} ({type(other).__name__}); "
-                        "use a column name, a list of names, a Tag, or a node")
+            return parts[0] if len(parts) == 1 else ConcatNode(parts)
+        raise _cannot_select(other)
 
-    def __rshift__(self, op: Any) -> "Node":
-        if isinstance(op, type) and issubclass(op, Operator):
+    def __rshift__(self, op: Any) -> "OpNode":
+        # An operator class has the operator's attributes too: `>> LogOp` means `>> LogOp()`.
+        if isinstance(op, type) and isinstance(op, GraphOperator):
             op = op()
-        if not isinstance(op, Operator):
+        if not isinstance(op, GraphOperator):
             raise TypeError(f"`>>` takes an operator (class or instance), got {op!r}")
-        return Node("op", [self], op=op)
+        return OpNode(self, op)
 
     def __rrshift__(self, other: Any) -> "Node":
         raise TypeError("an operator goes on the right of `>>`")
 
-    def __add__(self, other: Any) -> "Node":
-        return Node("concat", [self, Node.coerce(other)])
+    def __add__(self, other: Any) -> "ConcatNode":
+        return ConcatNode([self, Node.coerce(other)])
 
-    def __radd__(self, other: Any) -> "Node":
-        return Node("concat", [Node.coerce(other), self])
+    def __radd__(self, other: Any) -> "ConcatNode":
+        return ConcatNode([Node.coerce(other), self])
 
-    def __sub__(self, other: Any) -> "Node":
-        names = [other] if isinstance(other, str) else list(other)
-        return Node("drop", [self], dropped=names)
+    def __sub__(self, other: Any) -> "DropNode":
+        return DropNode(self, [other] if isinstance(other, str) else list(other))
 
-    # --- traversal ----------------------------------------------------------------------
+    # --- traversal -------------------------------------------------------------------------------
     def walk(self) -> list["Node"]:
         """All nodes of the graph under this one, parents before children, each once."""
         seen: dict[int, Node] = {}
@@ -126,65 +159,227 @@ class Node:
         return list(seen.values())
 
     def resolve(self, input_schema: Schema) -> Schema:
-        """Resolve column names against the input data's schema; return this node's output schema."""
-        schemas: dict[int, Schema] = {}
-        for node in self.walk():
-            schemas[id(node)] = node._resolve_one(input_schema, [schemas[id(p)] for p in node.parents])
-        return schemas[id(self)]
+        """This node's output schema for input data of schema ``input_schema``."""
+        return resolve(self, input_schema)[1]
 
-    def _resolve_one(self, input_schema: Schema, parent_schemas: list[Schema]) -> Schema:
-        if self.kind == "select":
-            self.input_columns = self.selector.resolve(input_schema)
-            self.output_columns = flatten_columns(self.input_columns)
-            return input_schema.select_by_name(self.output_columns)
-        if self.kind == "concat":
-            self._check_no_clash(parent_schemas)
-            merged = Schema([c for s in parent_schemas for c in s])
-            self.output_columns = merged.column_names
-            return merged
-        if self.kind == "drop":
-            self.output_columns = [c for c in parent_schemas[0].column_names if c not in self.dropped]
-            return parent_schemas[0].without(self.dropped)
-        parent = self.parents[0]
-        self.input_columns = parent.input_columns if parent.kind == "select" else list(parent.output_columns)
-        deps = self.op.dependencies()
-        self.dependency_columns = ColumnSelector([d for d in deps if d not in parent.output_columns]).resolve(input_schema)
-        context = parent_schemas[0] + input_schema.select_by_name(self.dependency_columns)
-        out = self.op.compute_output_schema(context, self.input_columns)
-        self.output_columns = out.column_names
-        return out
+    # --- what each kind implements ---------------------------------------------------------------
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        """This node's columns and schema, given its parents' (resolved first)."""
+        raise NotImplementedError
 
-    def _check_no_clash(self, parent_schemas: list[Schema]) -> None:
-        """Two branches may give the same column only when both carry the same data: the input
-        column passed through unchanged, or the output of one and the same node."""
-        first: dict[str, Node] = {}
-        for parent, schema in zip(self.parents, parent_schemas):
-            for name in schema.column_names:
-                other = first.setdefault(name, parent)
-                if other is not parent and other._origin(name) is not parent._origin(name):
-                    raise ValueError(f"column {name!r} is produced by two branches of the graph, "
-                                     f"{other.describe()} and {parent.describe()}; rename it in one branch "
-                                     "(e.g. >> ops.Rename(postfix=...)) or drop it from one (- [name])")
-
-    def _origin(self, name: str) -> "Node | None":
-        """The op node that computed column ``name`` of this node's output (None: the input column)."""
-        if self.kind == "select":
-            return None
-        if self.kind == "op":
-            return self
-        holders = [p for p in self.parents if name in (p.output_columns or [])]
-        return holders[-1]._origin(name)
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        """This node's output for one input partition ``frame``, given its parents' outputs."""
+        raise NotImplementedError
 
     def describe(self) -> str:
-        if self.kind == "select":
-            return self.selector.describe()
-        if self.kind == "concat":
-            return " + ".join(f"({p.describe()})" if p.kind == "op" else p.describe() for p in self.parents)
-        if self.kind == "drop":
-            return f"({self.parents[0].describe()}) - {self.dropped}"
-        inner = self.parents[0].describe()
-        inner = f"({inner})" if self.parents[0].kind == "concat" else inner
-        return f"{inner} >> {self.op.label}"
+        raise NotImplementedError
+
+    def describe_term(self) -> str:
+        """How the node reads as a term of ``+``."""
+        return self.describe()
+
+    def describe_source(self) -> str:
+        """How the node reads on the left of ``>>``."""
+        return self.describe()
+
+    def columns_for_operator(self, columns: NodeColumns) -> list[Any]:
+        """What an operator applied to this node sees (groups are kept only straight after a selection)."""
+        return list(columns.output)
+
+    def data_columns(self, columns: NodeColumns) -> list[str]:
+        """The columns of the input data this node reads itself."""
+        return list(columns.dependency)
+
+    def to_record(self) -> dict[str, Any]:
+        """The fields of this node's saved record besides kind, parents and columns."""
+        return {}
+
+    @classmethod
+    def check_record(cls, record: dict[str, Any], where: str) -> None:
+        """Raise ValueError unless the kind's fields of ``record`` (untrusted JSON) are well-formed."""
+        for key, type_ in cls.record_fields.items():
+            check_key(record, key, type_, where, f"a {cls.kind} node")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list["Node"], op: Any = None) -> "Node":
+        """The node of a checked record, whose parents are built already."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"Node({self.describe()})"
+        return f"{type(self).__name__}({self.describe()})"
+
+
+def _cannot_select(other: Any) -> TypeError:
+    return TypeError(f"cannot select columns with {other!r} ({type(other).__name__}); "
+                     "use a column name, a list of names, a Tag, or a node")
+
+
+class SelectNode(Node):
+    """Columns of the input data, by name and tag."""
+
+    kind = "select"
+    parent_count = (0, 0)
+    record_fields = {"selector": dict}
+
+    def __init__(self, selector: ColumnSelector) -> None:
+        super().__init__()
+        self.selector = selector
+
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        selected = self.selector.resolve(input_schema)
+        output = flatten_columns(selected)
+        return Resolved(NodeColumns(output, input=selected), input_schema.select_by_name(output),
+                        dict.fromkeys(output))
+
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        return frame[columns.output]
+
+    def describe(self) -> str:
+        return self.selector.describe()
+
+    def columns_for_operator(self, columns: NodeColumns) -> list[Any]:
+        return list(columns.input)
+
+    def data_columns(self, columns: NodeColumns) -> list[str]:
+        return list(columns.output)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"selector": self.selector.to_dict()}
+
+    @classmethod
+    def check_record(cls, record: dict[str, Any], where: str) -> None:
+        super().check_record(record, where)
+        ColumnSelector.check_dict(record["selector"], f"{where}, selector")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "SelectNode":
+        return cls(ColumnSelector.from_dict(record["selector"]))
+
+
+class OpNode(Node):
+    """An operator applied to its parent's output (plus the input columns it depends on)."""
+
+    kind = "op"
+    parent_count = (1, 1)
+    record_fields = {"op": dict}  # the operator's record belongs to the saved-workflow format
+
+    def __init__(self, parent: Node, op: GraphOperator) -> None:
+        super().__init__([parent])
+        self.op = op
+
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        (parent,) = parents
+        columns = self.parents[0].columns_for_operator(parent.columns)
+        extra = [d for d in self.op.dependencies() if d not in parent.columns.output]
+        dependency = ColumnSelector(extra).resolve(input_schema)
+        context = parent.schema + input_schema.select_by_name(dependency)
+        schema = self.op.compute_output_schema(context, columns)
+        return Resolved(NodeColumns(schema.column_names, input=columns, dependency=dependency), schema,
+                        dict.fromkeys(schema.column_names, self))
+
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        out = self.op.transform(columns.input, self.operator_input(columns, frame, parents[0]))
+        return out[columns.output]
+
+    def operator_input(self, columns: NodeColumns, frame: Any, parent_output: Any) -> Any:
+        """The frame the operator gets: its parent's output, plus the dependency columns of ``frame``."""
+        if not columns.dependency:
+            return parent_output
+        extra = frame.loc[parent_output.index, columns.dependency]
+        return backend.concat([parent_output, extra], axis=1)
+
+    def describe(self) -> str:
+        return f"{self.parents[0].describe_source()} >> {self.op.label}"
+
+    def describe_term(self) -> str:
+        return f"({self.describe()})"
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "OpNode":
+        return cls(parents[0], op)
+
+
+class ConcatNode(Node):
+    """The outputs of several nodes side by side; rows dropped in one branch go from all."""
+
+    kind = "concat"
+    parent_count = (1, None)
+
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        origins: dict[str, Node | None] = {}
+        first: dict[str, Node] = {}
+        for node, parent in zip(self.parents, parents):
+            for name, origin in parent.origins.items():
+                other = first.setdefault(name, node)
+                if other is not node and origins[name] is not origin:
+                    raise ValueError(f"column {name!r} is produced by two branches of the graph, "
+                                     f"{other.describe()} and {node.describe()}; rename it in one branch "
+                                     "(e.g. >> ops.Rename(postfix=...)) or drop it from one (- [name])")
+                origins[name] = origin
+        # Two branches may give one column only when both carry the same data (checked above).
+        merged = Schema([c for parent in parents for c in parent.schema])
+        return Resolved(NodeColumns(merged.column_names), merged, origins)
+
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        out = backend.concat(parents, axis=1, join="inner")  # an inner join on the index
+        return out.loc[:, ~out.columns.duplicated(keep="first")]  # a repeated column holds the same data
+
+    def describe(self) -> str:
+        return " + ".join(p.describe_term() for p in self.parents)
+
+    def describe_source(self) -> str:
+        return f"({self.describe()})"
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "ConcatNode":
+        return cls(parents)
+
+
+class DropNode(Node):
+    """Its parent's output without some columns."""
+
+    kind = "drop"
+    parent_count = (1, 1)
+    record_fields = {"dropped": list}
+
+    def __init__(self, parent: Node, dropped: Sequence[str]) -> None:
+        super().__init__([parent])
+        self.dropped = list(dropped)
+
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        (parent,) = parents
+        schema = parent.schema.without(self.dropped)
+        return Resolved(NodeColumns(schema.column_names), schema,
+                        {c: parent.origins[c] for c in schema.column_names})
+
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        return parents[0][columns.output]
+
+    def describe(self) -> str:
+        return f"({self.parents[0].describe()}) - {self.dropped}"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"dropped": self.dropped}
+
+    @classmethod
+    def check_record(cls, record: dict[str, Any], where: str) -> None:
+        super().check_record(record, where)
+        check_names(record["dropped"], f"{where}, 'dropped'")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "DropNode":
+        return cls(parents[0], record["dropped"])
+
+
+NODE_KINDS: dict[str, type[Node]] = {cls.kind: cls for cls in (SelectNode, OpNode, ConcatNode, DropNode)}
+
+
+def _node_of_kind(kind: str, parents: Sequence[Node] = (), op: Any = None, selector: ColumnSelector | None = None,
+                  dropped: Sequence[str] = ()) -> Node:
+    if kind not in NODE_KINDS:
+        raise ValueError(f"unknown node kind {kind!r}; the kinds are {sorted(NODE_KINDS)}")
+    cls = NODE_KINDS[kind]
+    warnings.warn(f"Node({kind!r}, ...) is deprecated: build nodes with `>>`, `+` and `-`, or {cls.__name__}(...)",
+                  DeprecationWarning, stacklevel=3)
+    fields = {"selector": selector.to_dict() if selector else None, "dropped": list(dropped)}
+    return cls.from_record(fields, list(parents), op)  # each kind takes the fields it has

@@ -1,25 +1,27 @@
 """The saved-workflow format: ``workflow.json`` (graph, parameters, schemas) and state files.
 
 ``workflow.json`` holds a format version, the graph's nodes (parents before children, each
-with its resolved columns), every operator's registered class name, parameters and fitted
-state, and the input and output schemas. Fitted arrays and frames are parquet files beside it;
-nothing is pickled.
+with its resolved columns: the workflow's :class:`~tabloader.plan.Plan`), every operator's
+registered class name, parameters and fitted state (:mod:`tabloader.saved_state`: tables as
+parquet files beside it, the rest JSON), and the input and output schemas. Nothing is pickled.
 
 Reading treats the directory as untrusted input (like a downloaded model file): the whole
 document is checked key by key before anything is built; operator classes come from the
 registry and functions from the caller's allow-list (:mod:`tabloader.registry`), so nothing is
 imported or called because the file names it; state files are plain names inside the
-directory (no absolute path, no ``..``, no separator, no symlink leading out), checked before
-they are read.
+directory, checked before they are read. Resolved columns are read, not recomputed, so loading
+calls no function (except for files written before they were recorded: their graph is resolved,
+which calls a trusted ``Rename`` function). Format version 1 is read too
+(:mod:`tabloader.saved_workflow_v1`).
 
 Example:
     >>> import os, tempfile, pandas as pd, tabloader as tl
     >>> from tabloader import ops
     >>> wf = tl.Workflow(["x"] >> ops.Normalize(), progress=False).fit(pd.DataFrame({"x": [1.0, 3.0]}))
     >>> path = os.path.join(tempfile.mkdtemp(), "wf")
-    >>> write(path, wf.output_node, wf.input_schema_, wf.output_schema)
-    >>> output, input_schema, output_schema = read(path)
-    >>> output.describe(), output_schema.column_names
+    >>> write(path, wf.plan_, wf.input_schema_, wf.output_schema)
+    >>> plan, input_schema, output_schema = read(path)
+    >>> plan.output.describe(), output_schema.column_names
     ('["x"] >> Normalize', ['x'])
 """
 
@@ -27,66 +29,57 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import re
 from typing import Any, Iterable
 
-import numpy as np
-import pandas as pd
-
-from tabloader import backend
-from tabloader.graph import ColumnSelector, Node
+from tabloader import saved_workflow_v1
+from tabloader.graph import NODE_KINDS, Node, NodeColumns, OpNode
 from tabloader.io import atomic_directory, filesystem, join, write_text_atomic
 from tabloader.ops.base import Operator
+from tabloader.plan import Plan
+from tabloader.records import SHOWN_CHARS, check_key, check_names, is_column
 from tabloader.registry import TrustedFunctions, function_name, operator_class, operator_name
-from tabloader.schema import Schema
+from tabloader.saved_state import check_state, confined, load_state, save_state
+from tabloader.schema import Schema, json_default
 
-WORKFLOW_FORMAT_VERSION = 1
+WORKFLOW_FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 WORKFLOW_FILE = "workflow.json"
 _REQUIRED = {"format_version": int, "nodes": list, "output": int, "input_schema": dict, "output_schema": dict}
-_PARENTS = {"select": (0, 0), "op": (1, 1), "drop": (1, 1), "concat": (1, None)}  # (fewest, most)
-_STATE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.parquet")  # a plain name: no separator, no '..'
-_STATE_KINDS = ("array", "series", "frame")
 _FUNCTION = "__function__"
 
 
-# --- write --------------------------------------------------------------------------------------
-def write(path: str, output: Node, input_schema: Schema, output_schema: Schema, overwrite: bool = False) -> None:
-    """Save a fitted graph to directory ``path``, atomically (an existing ``path`` needs ``overwrite``)."""
-    nodes = output.walk()
+def write(path: str, plan: Plan, input_schema: Schema, output_schema: Schema, overwrite: bool = False) -> None:
+    """Save a fitted workflow's plan to directory ``path``, atomically (an existing ``path`` needs ``overwrite``)."""
+    nodes = plan.nodes
     index = {id(n): i for i, n in enumerate(nodes)}
     with atomic_directory(path, overwrite=overwrite) as tmp:
         doc = {
             "format_version": WORKFLOW_FORMAT_VERSION,
             "tabloader_version": _version(),
-            "nodes": [_node_record(n, i, index, tmp) for i, n in enumerate(nodes)],
-            "output": index[id(output)],
+            "nodes": [_node_record(n, i, index, plan.columns(n), tmp) for i, n in enumerate(nodes)],
+            "output": index[id(plan.output)],
             "input_schema": input_schema.to_dict(),
             "output_schema": output_schema.to_dict(),
         }
-        write_text_atomic(join(tmp, WORKFLOW_FILE), json.dumps(doc, indent=2, default=_json_default))
+        write_text_atomic(join(tmp, WORKFLOW_FILE), json.dumps(doc, indent=2, default=json_default))
 
 
-def _node_record(node: Node, i: int, index: dict[int, int], directory: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": i, "kind": node.kind, "parents": [index[id(p)] for p in node.parents]}
-    if node.selector is not None:
-        record["selector"] = node.selector.to_dict()
-    if node.dropped:
-        record["dropped"] = node.dropped
-    if node.op is not None:
+def _node_record(node: Node, i: int, index: dict[int, int], columns: NodeColumns, directory: str) -> dict[str, Any]:
+    record: dict[str, Any] = {"id": i, "kind": node.kind, "parents": [index[id(p)] for p in node.parents],
+                              **node.to_record()}
+    if isinstance(node, OpNode):
         where = f"node {i} ({type(node.op).__name__})"
         record["op"] = {"class": operator_name(type(node.op)), "config": _encode_config(node.op, where),
-                        "state": _save_state(node.op.get_state(), f"node{i}", directory, where)}
-    record["columns"] = _columns_record(node)
+                        "state": save_state(node.op.get_state(), f"node{i}", directory, where)}
+    record["columns"] = _columns_record(columns)
     return record
 
 
-def _columns_record(node: Node) -> dict[str, Any]:
-    """The node's resolved columns, so that loading needs no resolution (which may call a function)."""
-    columns: dict[str, Any] = {"output": node.output_columns, "dependency": node.dependency_columns}
-    if node.input_columns is not None:
-        columns["input"] = [list(c) if isinstance(c, tuple) else c for c in node.input_columns]
-    return columns
+def _columns_record(columns: NodeColumns) -> dict[str, Any]:
+    record: dict[str, Any] = {"output": columns.output, "dependency": columns.dependency}
+    if columns.input is not None:
+        record["input"] = [list(c) if isinstance(c, tuple) else c for c in columns.input]
+    return record
 
 
 def _encode_config(op: Operator, where: str) -> dict[str, Any]:
@@ -96,49 +89,12 @@ def _encode_config(op: Operator, where: str) -> dict[str, Any]:
             value = {_FUNCTION: function_name(value, f"{where}, parameter {key}")}
         elif _mentions_function(value):
             raise ValueError(f"{where}, parameter {key}: the key {_FUNCTION!r} is reserved for saved functions")
+        try:
+            json.dumps(value, default=json_default)  # fail now, naming the operator, not when writing the file
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{where}, parameter {key}: {exc}") from None
         config[key] = value
-    json.dumps(config, default=_json_default)  # fail at save time, naming the op, not later
     return config
-
-
-def _save_state(state: dict[str, Any], prefix: str, directory: str, where: str) -> dict[str, Any]:
-    saved: dict[str, Any] = {}
-    for key, value in state.items():
-        if isinstance(value, (pd.DataFrame, pd.Series, np.ndarray)) or backend.is_gpu_object(value):
-            name = f"{prefix}_{key}.parquet"
-            if not _STATE_FILE.fullmatch(name):
-                raise ValueError(f"{where}: state key {key!r} cannot name a file; use letters, digits, '_', '.', '-'")
-            # index=None: a meaningful index (a Series keyed by category, say) is kept; a RangeIndex is not stored
-            _table_of(value).to_parquet(join(directory, name), index=None)
-            saved[key] = {"__parquet__": name, "kind": _kind_of(value)}
-        else:
-            saved[key] = {"__json__": value}
-    return saved
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, np.ndarray) or type(value).__name__ == "ndarray":
-        return "array"
-    return "series" if value.ndim == 1 else "frame"
-
-
-def _table_of(value: Any) -> pd.DataFrame:
-    value = backend.to_host(value) if backend.is_gpu_object(value) else value
-    if isinstance(value, np.ndarray) or type(value).__name__ == "ndarray":
-        return pd.DataFrame({"values": np.asarray(value.get() if hasattr(value, "get") else value)})
-    if isinstance(value, pd.Series):  # the index is kept: Series are often keyed by column name
-        return pd.DataFrame({"index": value.index, "values": value.to_numpy()})
-    return value  # DataFrames are saved without their index
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"value {value!r} of type {type(value).__name__} cannot be saved as JSON")
 
 
 def _version() -> str:
@@ -147,9 +103,8 @@ def _version() -> str:
     return __version__
 
 
-# --- read ---------------------------------------------------------------------------------------
-def read(path: str, trusted: Iterable[Any] = (), placeholders: bool = False) -> tuple[Node, Schema, Schema]:
-    """The output node, input schema and output schema of the workflow saved in ``path``.
+def read(path: str, trusted: Iterable[Any] = (), placeholders: bool = False) -> tuple[Plan, Schema, Schema]:
+    """The plan, input schema and output schema of the workflow saved in ``path``.
 
     Operator classes must be registered and functions be in ``trusted`` (see
     :class:`tabloader.registry.TrustedFunctions`); with ``placeholders=True`` an untrusted
@@ -159,35 +114,35 @@ def read(path: str, trusted: Iterable[Any] = (), placeholders: bool = False) -> 
     doc_path = join(root, WORKFLOW_FILE)
     if not fs.exists(doc_path):
         raise FileNotFoundError(f"{path} is not a saved workflow: {WORKFLOW_FILE} is missing")
-    with fs.open(_inside(fs, root, WORKFLOW_FILE, doc_path), "r") as f:
+    with fs.open(confined(fs, root, WORKFLOW_FILE), "r") as f:
         try:
             doc = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{doc_path} is not valid JSON ({exc}); the workflow directory is damaged") from exc
     _check_document(doc, doc_path)
+    version, records = doc["format_version"], doc["nodes"]
     functions = TrustedFunctions(trusted)
-    records = doc["nodes"]
     # Every class and function is looked up before anything is built or any state file is read.
-    ops = [_op_parts(r["op"], f"{doc_path}: node {i}", functions, placeholders) if r["kind"] == "op" else None
-           for i, r in enumerate(records)]
+    ops = [_op_parts(r["op"], f"{doc_path}: node {i}", functions, placeholders)
+           if issubclass(NODE_KINDS[r["kind"]], OpNode) else None for i, r in enumerate(records)]
     nodes: list[Node] = []
-    for i, (record, op_parts) in enumerate(zip(records, ops)):
+    for record, op_parts in zip(records, ops):
         op = None
         if op_parts is not None:
             cls, config, where = op_parts
             op = _build_op(cls, config, where)
-            op.set_state(_load_state(record["op"]["state"], fs, root, where))
-        selector = ColumnSelector.from_dict(record["selector"]) if record["kind"] == "select" else None
-        nodes.append(Node(record["kind"], [nodes[p] for p in record["parents"]], op=op, selector=selector,
-                          dropped=record.get("dropped", ())))
+            state = load_state(record["op"]["state"], fs, root, where)
+            op.set_state(saved_workflow_v1.upgrade_state(cls, state, where) if version == 1 else state)
+        parents = [nodes[p] for p in record["parents"]]
+        nodes.append(NODE_KINDS[record["kind"]].from_record(record, parents, op))
     input_schema = _schema(doc, "input_schema", doc_path)
     output_schema = _schema(doc, "output_schema", doc_path)
+    output = nodes[doc["output"]]
     if all("columns" in r for r in records):
-        for node, record in zip(nodes, records):
-            _restore_columns(node, record["columns"])
+        plan = Plan(output, {n: _node_columns(r["columns"]) for n, r in zip(nodes, records)})
     else:  # written before resolved columns were saved: resolve (a trusted Rename f is called)
-        nodes[doc["output"]].resolve(input_schema)
-    return nodes[doc["output"]], input_schema, output_schema
+        plan = Plan.resolve(output, input_schema)
+    return plan, input_schema, output_schema
 
 
 def _check_document(doc: Any, where: str) -> None:
@@ -195,12 +150,12 @@ def _check_document(doc: Any, where: str) -> None:
     if not isinstance(doc, dict):
         raise ValueError(f"{where}: expected a JSON object with keys {sorted(_REQUIRED)}, got {type(doc).__name__}")
     version = doc.get("format_version")
-    if type(version) is not int or version != WORKFLOW_FORMAT_VERSION:
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise ValueError(f"{where} has format version {version!r}; this tabloader reads format version "
-                         f"{WORKFLOW_FORMAT_VERSION}: upgrade tabloader to read a newer one "
+                         f"{' or '.join(map(str, READABLE_VERSIONS))}: upgrade tabloader to read a newer one "
                          f"(written by tabloader {doc.get('tabloader_version')!r})")
     for key, kind in _REQUIRED.items():
-        _check_key(doc, key, kind, where, "a saved workflow")
+        check_key(doc, key, kind, where, "a saved workflow")
     nodes = doc["nodes"]
     if not nodes:
         raise ValueError(f"{where}: 'nodes' is empty; a saved workflow has at least one node")
@@ -210,81 +165,50 @@ def _check_document(doc: Any, where: str) -> None:
         raise ValueError(f"{where}: 'output' is {doc['output']}, not a node index (0 to {len(nodes) - 1})")
 
 
-def _check_key(mapping: dict, key: str, kind: type, where: str, what: str) -> None:
-    if key not in mapping:
-        raise ValueError(f"{where}: the key {key!r} is missing; {what} needs {key!r} ({kind.__name__})")
-    value = mapping[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{where}: {key!r} must be a JSON {kind.__name__}, got {value!r:.80}")
-
-
 def _check_record(record: Any, i: int, where: str) -> None:
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {record!r:.80}")
-    _check_key(record, "kind", str, where, "a node")
-    _check_key(record, "parents", list, where, "a node")
+        raise ValueError(f"{where}: expected a JSON object, got {record!r:.{SHOWN_CHARS}}")
+    check_key(record, "kind", str, where, "a node")
+    check_key(record, "parents", list, where, "a node")
     kind, parents = record["kind"], record["parents"]
-    if kind not in _PARENTS:
-        raise ValueError(f"{where}: kind {kind!r} is unknown; allowed: {sorted(_PARENTS)}")
+    if kind not in NODE_KINDS:
+        raise ValueError(f"{where}: kind {kind!r} is unknown; allowed: {sorted(NODE_KINDS)}")
     if record.get("id", i) != i:
         raise ValueError(f"{where}: 'id' is {record['id']!r}; nodes are listed in order of their ids")
     if not all(type(p) is int and 0 <= p < i for p in parents):
-        raise ValueError(f"{where}: parents {parents!r:.80} must be indexes of earlier nodes (0 to {i - 1}); "
-                         "nodes come after their parents, so no forward or cyclic reference")
-    fewest, most = _PARENTS[kind]
+        raise ValueError(f"{where}: parents {parents!r:.{SHOWN_CHARS}} must be indexes of earlier nodes "
+                         f"(0 to {i - 1}); nodes come after their parents, so no forward or cyclic reference")
+    node_kind = NODE_KINDS[kind]
+    fewest, most = node_kind.parent_count
     if len(parents) < fewest or (most is not None and len(parents) > most):
         raise ValueError(f"{where}: a {kind} node has {fewest}{'' if most == fewest else ' or more'} parent(s), "
                          f"got {len(parents)}")
-    if kind == "select":
-        _check_key(record, "selector", dict, where, "a select node")
-        selector = record["selector"]
-        _check_key(selector, "names", list, f"{where}, selector", "a selector")
-        _check_key(selector, "tags", list, f"{where}, selector", "a selector")
-        if not all(_is_column(n) for n in selector["names"]) or not all(isinstance(t, str) for t in selector["tags"]):
-            raise ValueError(f"{where}: selector names must be column names (or lists of them), tags strings")
-    if kind == "drop":
-        _check_key(record, "dropped", list, where, "a drop node")
-        _check_names(record["dropped"], f"{where}, 'dropped'")
-    if kind == "op":
-        _check_key(record, "op", dict, where, "an op node")
-        op = record["op"]
-        for key, type_ in (("class", str), ("config", dict), ("state", dict)):
-            _check_key(op, key, type_, f"{where}, op", "an operator")
-        for key, entry in op["state"].items():
-            _check_state_entry(entry, f"{where}, state {key!r}")
+    node_kind.check_record(record, where)
+    if issubclass(node_kind, OpNode):
+        _check_op_record(record["op"], where)
     if "columns" in record:
+        check_key(record, "columns", dict, where, "a node")
         _check_columns(record["columns"], f"{where}, columns")
 
 
-def _check_state_entry(entry: Any, where: str) -> None:
-    if isinstance(entry, dict) and set(entry) == {"__json__"}:
-        return
-    if not (isinstance(entry, dict) and set(entry) == {"__parquet__", "kind"} and entry["kind"] in _STATE_KINDS):
-        raise ValueError(f"{where}: a state entry is {{'__json__': value}} or {{'__parquet__': file name, 'kind': "
-                         f"one of {list(_STATE_KINDS)}}}, got {entry!r:.100}")
-    name = entry["__parquet__"]
-    if not isinstance(name, str) or not _STATE_FILE.fullmatch(name):
-        raise ValueError(f"{where}: state file {name!r:.100} is not a plain .parquet file name inside the workflow "
-                         "directory (no absolute path, '..' or path separator)")
+def _check_op_record(op: dict, where: str) -> None:
+    for key, type_ in (("class", str), ("config", dict), ("state", dict)):
+        check_key(op, key, type_, f"{where}, op", "an operator")
+    check_state(op["state"], where)
 
 
-def _check_columns(columns: Any, where: str) -> None:
-    if not isinstance(columns, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {columns!r:.80}")
+def _check_columns(columns: dict, where: str) -> None:
     for key in ("output", "dependency"):
-        _check_key(columns, key, list, where, "a node's columns")
-        _check_names(columns[key], f"{where}, {key!r}")
-    if "input" in columns and not (isinstance(columns["input"], list) and all(map(_is_column, columns["input"]))):
+        check_key(columns, key, list, where, "a node's columns")
+        check_names(columns[key], f"{where}, {key!r}")
+    if "input" in columns and not (isinstance(columns["input"], list) and all(map(is_column, columns["input"]))):
         raise ValueError(f"{where}: 'input' must be a list of column names (or lists of them)")
 
 
-def _check_names(names: list, where: str) -> None:
-    if not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{where}: expected column names (strings), got {names!r:.80}")
-
-
-def _is_column(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+def _node_columns(record: dict[str, Any]) -> NodeColumns:
+    columns = record.get("input")
+    return NodeColumns(list(record["output"]), None if columns is None else
+                       [tuple(c) if isinstance(c, list) else c for c in columns], list(record["dependency"]))
 
 
 def _op_parts(record: dict, where: str, functions: TrustedFunctions,
@@ -323,51 +247,8 @@ def _build_op(cls: type, config: dict[str, Any], where: str) -> Operator:
         raise ValueError(f"{where}: cannot build {cls.__name__} from the saved config: {exc}") from exc
 
 
-def _inside(fs: Any, root: str, name: str, path: str) -> str:
-    """``path`` (``name`` in ``root``), after checking that it does not lead out of ``root``."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    if isinstance(fs, LocalFileSystem):  # only local paths have symlinks
-        real, real_root = os.path.realpath(path), os.path.realpath(root)
-        if os.path.commonpath([real, real_root]) != real_root:
-            raise ValueError(f"{path}: {name} leads outside the workflow directory {root} (a symlink to {real}); "
-                             "a saved workflow only reads files inside its directory")
-    return path
-
-
-def _load_state(saved: dict[str, Any], fs: Any, root: str, where: str) -> dict[str, Any]:
-    state = {}
-    for key, entry in saved.items():
-        if "__json__" in entry:
-            state[key] = entry["__json__"]
-            continue
-        path = _inside(fs, root, entry["__parquet__"], join(root, entry["__parquet__"]))
-        if not fs.exists(path):
-            raise FileNotFoundError(f"{path} is missing: the saved workflow directory is incomplete")
-        with fs.open(path, "rb") as f:
-            frame = pd.read_parquet(f)
-        try:
-            state[key] = _state_value(frame, entry["kind"])
-        except KeyError as exc:
-            raise ValueError(f"{path} ({where}, state {key!r}) lacks the column {exc} of a {entry['kind']}") from None
-    return state
-
-
-def _state_value(frame: pd.DataFrame, kind: str) -> Any:
-    if kind == "series":
-        return frame.set_index("index")["values"].rename_axis(None)
-    return frame if kind == "frame" else frame["values"].to_numpy()
-
-
 def _schema(doc: dict, key: str, where: str) -> Schema:
     try:
         return Schema.from_dict(doc[key])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {key!r} is not a valid schema ({type(exc).__name__}: {exc})") from None
-
-
-def _restore_columns(node: Node, columns: dict[str, Any]) -> None:
-    if "input" in columns:
-        node.input_columns = [tuple(c) if isinstance(c, list) else c for c in columns["input"]]
-    node.output_columns = list(columns["output"])
-    node.dependency_columns = list(columns["dependency"])

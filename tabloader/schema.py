@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from enum import Enum
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -221,7 +220,7 @@ class Schema:
         return {"format_version": SCHEMA_FORMAT_VERSION, "columns": [c.to_dict() for c in self]}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=_json_default)
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=json_default)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Schema":
@@ -341,7 +340,14 @@ def _is_supported_scalar(arrow_type: Any) -> bool:
         t.is_fixed_size_binary, t.is_decimal, t.is_date, t.is_time, t.is_timestamp, t.is_duration, t.is_null))
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """``json.dumps(..., default=json_default)``: numpy scalars and arrays, and sets (sorted), as JSON.
+
+    Example:
+        >>> import json, numpy as np
+        >>> json.dumps({"n": np.int64(3), "tags": {"b", "a"}, "v": np.array([1.5])}, default=json_default)
+        '{"n": 3, "tags": ["a", "b"], "v": [1.5]}'
+    """
     import numpy as np
 
     if isinstance(value, np.generic):
@@ -350,8 +356,4 @@ def _json_default(value: Any) -> Any:
         return value.tolist()
     if isinstance(value, (set, frozenset)):
         return sorted(value)
-    raise TypeError(f"schema property of type {type(value).__name__} is not JSON serializable: {value!r}")
-
-
-def schema_file_for(directory: str) -> str:
-    return os.path.join(directory, SCHEMA_FILE_NAME) if "://" not in directory else directory.rstrip("/") + "/" + SCHEMA_FILE_NAME
+    raise TypeError(f"value {value!r} of type {type(value).__name__} cannot be saved as JSON")

@@ -22,10 +22,12 @@ import pandas as pd
 
 from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
-from tabloader.graph import Node
+from tabloader.graph import Node, OpNode
 from tabloader.ops.base import NotFittedError, StatOperator
+from tabloader.plan import Plan
 from tabloader.schema import Schema
 
+# Partial statistics are merged this many at a time: a tree of merges, so no task holds them all.
 _MERGE_FAN_IN = 8
 
 
@@ -35,6 +37,10 @@ class Workflow:
     Args:
         output: the graph's output node, e.g. ``cats + conts + ["label"]``.
         progress: show progress bars during fit (and writes of transformed datasets).
+
+    Fitted attributes (set by :meth:`fit` and :meth:`load`): ``plan_``, the graph's columns
+    resolved against the data (a :class:`~tabloader.plan.Plan`, computed once per fit and saved
+    with the workflow), ``input_schema_`` and ``output_schema_``.
 
     Example:
         >>> import pandas as pd, tabloader as tl
@@ -47,76 +53,71 @@ class Workflow:
     def __init__(self, output: Any, progress: bool = True) -> None:
         self.output_node = Node.coerce(output)
         self.progress = progress
+        self.plan_: Plan | None = None
         self.input_schema_: Schema | None = None
         self.output_schema_: Schema | None = None
-        ops = [n.op for n in self.output_node.walk() if n.kind == "op"]
+        ops = [n.op for n in self.output_node.walk() if isinstance(n, OpNode)]
         if len({id(o) for o in ops}) != len(ops):
             raise ValueError("one operator instance is used twice in the graph; create one per use")
 
-    # --- introspection ------------------------------------------------------------------
     @property
     def nodes(self) -> list[Node]:
         return self.output_node.walk()
 
     @property
-    def stat_nodes(self) -> list[Node]:
-        return [n for n in self.nodes if n.kind == "op" and isinstance(n.op, StatOperator)]
+    def stat_nodes(self) -> list[OpNode]:
+        return [n for n in self.nodes if isinstance(n, OpNode) and isinstance(n.op, StatOperator)]
 
     @property
     def is_fitted(self) -> bool:
-        return self.input_schema_ is not None and all(n.op.is_fitted for n in self.stat_nodes)
+        return self.plan_ is not None and all(n.op.is_fitted for n in self.stat_nodes)
 
     @property
     def input_columns(self) -> list[str]:
-        """Columns of the input data the graph reads."""
-        cols: list[str] = []
-        for node in self.nodes:
-            names = node.output_columns if node.kind == "select" else node.dependency_columns
-            cols += [c for c in names or [] if c not in cols]
-        return cols
+        """Columns of the input data the fitted workflow reads (none are known before fit)."""
+        return self.plan_.input_columns if self.plan_ is not None else []
 
     @property
     def output_schema(self) -> Schema:
         """Names, dtypes, tags and properties (cardinality, embedding_dim, ...) of the output."""
-        if self.output_schema_ is None:
-            raise NotFittedError("the output schema is known after Workflow.fit (or Workflow.load)")
-        return self.output_schema_
+        return self._fitted(self.output_schema_)
 
     def __repr__(self) -> str:
         return f"Workflow({self.output_node.describe()}, fitted={self.is_fitted})"
 
-    # --- fit ----------------------------------------------------------------------------
     def fit(self, data: Any, progress: bool | None = None) -> "Workflow":
         """Learn every statistical operator's statistics from ``data`` (Dataset or DataFrame)."""
         dataset = _as_dataset(data)
         progress = self.progress if progress is None else progress
-        self.output_node.resolve(dataset.schema)
+        plan = Plan.resolve(self.output_node, dataset.schema)
         for node in self.stat_nodes:
             node.op.clear()
         for phase, nodes in enumerate(self._fit_phases()):
-            self._fit_phase(dataset, nodes, f"fit phase {phase + 1}" if phase else "fit", progress)
-        self.input_schema_ = dataset.schema.select_by_name(self.input_columns)
-        self.output_schema_ = self._output_schema_from(dataset)
+            self._fit_phase(plan, dataset, nodes, f"fit phase {phase + 1}" if phase else "fit", progress)
+        self.plan_ = plan
+        self.input_schema_ = dataset.schema.select_by_name(plan.input_columns)
+        # The operators declare the output schema again now: its properties (cardinality...) come from fitted state.
+        self.output_schema_ = self._with_actual_dtypes(self.output_node.resolve(dataset.schema), dataset)
         return self
 
-    def _fit_phases(self) -> list[list[Node]]:
+    def _fit_phases(self) -> list[list[OpNode]]:
         """Stat nodes grouped so that each group depends only on stat nodes of earlier groups."""
         depth: dict[int, int] = {}
         for node in self.nodes:
             upstream = max((depth[id(p)] for p in node.parents), default=0)
-            is_stat = node.kind == "op" and isinstance(node.op, StatOperator)
+            is_stat = isinstance(node, OpNode) and isinstance(node.op, StatOperator)
             depth[id(node)] = upstream + (1 if is_stat else 0)
-        phases: dict[int, list[Node]] = {}
+        phases: dict[int, list[OpNode]] = {}
         for node in self.stat_nodes:
             phases.setdefault(depth[id(node)], []).append(node)
         return [phases[k] for k in sorted(phases)]
 
-    def _fit_phase(self, dataset: Dataset, nodes: list[Node], desc: str, progress: bool) -> None:
+    def _fit_phase(self, plan: Plan, dataset: Dataset, nodes: list[OpNode], desc: str, progress: bool) -> None:
         import dask
 
         from tabloader.scheduler import compute_tasks, shared_calls
 
-        parts = shared_calls(_PartialStats(self, nodes), [(p,) for p in dataset.to_delayed(self.input_columns)],
+        parts = shared_calls(_PartialStats(plan, nodes), [(p,) for p in dataset.to_delayed(plan.input_columns)],
                              "partial-stats")
         merge = _MergeStats(nodes)
         while len(parts) > 1:
@@ -124,17 +125,14 @@ class Workflow:
                      for i in range(0, len(parts), _MERGE_FAN_IN)]
         merged = compute_tasks(parts, desc, progress=progress)[0]
         for node, stats in zip(nodes, merged):
-            node.op.finalize(node.input_columns, stats)
+            node.op.finalize(plan.columns(node).input, stats)
 
-    def _output_schema_from(self, dataset: Dataset) -> Schema:
-        """Tags and properties from the operators; dtypes from transforming an empty frame."""
-        declared = self.output_node.resolve(dataset.schema)
-        meta = self.transform_frame(dataset.meta())
-        actual = Schema.from_frame(meta)
+    def _with_actual_dtypes(self, declared: Schema, dataset: Dataset) -> Schema:
+        """The operators' declared schema (tags, properties) with the dtypes of a transformed empty frame."""
+        actual = Schema.from_frame(self.transform_frame(dataset.meta()))
         return Schema(c.with_dtype(actual[c.name].dtype, actual[c.name].is_list) if c.name in actual else c
                       for c in declared)
 
-    # --- transform ----------------------------------------------------------------------
     def transform(self, data: Any) -> Any:
         """Apply the fitted workflow.
 
@@ -144,14 +142,11 @@ class Workflow:
         """
         self._check_fitted()
         if isinstance(data, Dataset):
-            self.output_node.resolve(self._check_input(data.schema))
-            preserves = all(n.op.preserves_rows for n in self.nodes if n.kind == "op")
-            return data.with_transform(self.transform_frame, self.output_schema, self.input_columns, preserves)
+            self._check_input(data.schema.column_names, "data")
+            return data.with_transform(self.transform_frame, self.output_schema, self.input_columns,
+                                       self.plan_.preserves_rows)
         if isinstance(data, pd.DataFrame) or backend.is_gpu_object(data):
-            missing = [c for c in self.input_columns if c not in data.columns]
-            if missing:
-                raise KeyError(f"the workflow reads column(s) {missing}, which the DataFrame lacks; "
-                               f"available: {list(data.columns)}")
+            self._check_input(list(data.columns), "DataFrame")
             return self.transform_frame(data)
         return self.transform(Dataset(data)).to_ddf()
 
@@ -160,23 +155,25 @@ class Workflow:
 
     def transform_frame(self, frame: Any) -> Any:
         """Transform one in-memory partition."""
-        outputs = _evaluate(self.output_node, frame, {})
-        return outputs[self.output_node.output_columns]
+        plan = self._fitted(self.plan_)
+        return plan.evaluate(frame)[plan.output_columns]
+
+    def _fitted(self, attribute: Any) -> Any:
+        """A fitted attribute's value; NotFittedError when the workflow has not been fit (or loaded)."""
+        if attribute is None:
+            raise NotFittedError("the workflow is not fitted: call Workflow.fit(dataset) (or Workflow.load) first")
+        return attribute
 
     def _check_fitted(self) -> None:
-        if self.input_schema_ is None:
-            raise NotFittedError("the workflow is not fitted: call fit(dataset) before transform")
+        plan = self._fitted(self.plan_)
         for node in self.stat_nodes:
-            node.op.check_is_fitted(node.input_columns)
+            node.op.check_is_fitted(plan.columns(node).input)
 
-    def _check_input(self, schema: Schema) -> Schema:
-        missing = [c for c in self.input_columns if c not in schema]
+    def _check_input(self, available: list[str], what: str) -> None:
+        missing = [c for c in self.input_columns if c not in available]
         if missing:
-            raise KeyError(f"the workflow reads column(s) {missing}, which the data lacks; "
-                           f"available: {schema.column_names}")
-        return schema
+            raise KeyError(f"the workflow reads column(s) {missing}, which the {what} lacks; available: {available}")
 
-    # --- save / load --------------------------------------------------------------------
     def save(self, path: str, overwrite: bool = False) -> None:
         """Write the graph as versioned JSON and fitted states as parquet/JSON, atomically.
 
@@ -188,7 +185,7 @@ class Workflow:
         that is not registered (:func:`tabloader.register_operator`).
         """
         self._check_fitted()
-        saved_workflow.write(path, self.output_node, self.input_schema_, self.output_schema_, overwrite=overwrite)
+        saved_workflow.write(path, self.plan_, self.input_schema_, self.output_schema_, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str, trusted: Iterable[Any] = (), untrusted: str = "raise") -> "Workflow":
@@ -222,55 +219,28 @@ class Workflow:
         """
         if untrusted not in ("raise", "placeholder"):
             raise ValueError(f"untrusted must be 'raise' or 'placeholder', got {untrusted!r}")
-        output, input_schema, output_schema = saved_workflow.read(path, trusted, untrusted == "placeholder")
-        wf = cls(output)
-        wf.input_schema_, wf.output_schema_ = input_schema, output_schema
+        plan, input_schema, output_schema = saved_workflow.read(path, trusted, untrusted == "placeholder")
+        wf = cls(plan.output)
+        wf.plan_, wf.input_schema_, wf.output_schema_ = plan, input_schema, output_schema
         return wf
-
-
-# --- per-partition evaluation -------------------------------------------------------------
-def _evaluate(node: Node, frame: Any, memo: dict[int, Any]) -> Any:
-    """The output frame of ``node`` for one input partition (memoized per partition)."""
-    if id(node) in memo:
-        return memo[id(node)]
-    if node.kind == "select":
-        out = frame[node.output_columns]
-    elif node.kind == "concat":
-        pieces = [_evaluate(p, frame, memo) for p in node.parents]
-        # An inner join on the index: rows that a filter dropped in one branch go from all.
-        out = backend.concat(pieces, axis=1, join="inner")
-        # Resolution allows a repeated column only when both copies hold the same data (Node._check_no_clash).
-        out = out.loc[:, ~out.columns.duplicated(keep="first")]
-    elif node.kind == "drop":
-        out = _evaluate(node.parents[0], frame, memo)[node.output_columns]
-    else:
-        out = node.op.transform(node.input_columns, _op_input(node, frame, memo))
-        out = out[node.output_columns]
-    memo[id(node)] = out
-    return out
-
-
-def _op_input(node: Node, frame: Any, memo: dict[int, Any]) -> Any:
-    parent = _evaluate(node.parents[0], frame, memo)
-    if not node.dependency_columns:
-        return parent
-    extra = frame.loc[parent.index, node.dependency_columns]
-    return backend.concat([parent, extra], axis=1)
 
 
 class _PartialStats:
     """Partial statistics of the given stat nodes on one partition (a picklable task)."""
 
-    def __init__(self, workflow: Workflow, nodes: list[Node]) -> None:
-        self.workflow, self.nodes = workflow, nodes
+    def __init__(self, plan: Plan, nodes: list[OpNode]) -> None:
+        self.plan, self.nodes = plan, nodes
 
     def __call__(self, frame: Any) -> list[Any]:
-        memo: dict[int, Any] = {}
-        return [n.op.fit_partial(n.input_columns, _op_input(n, frame, memo)) for n in self.nodes]
+        memo: dict[int, Any] = {}  # nodes the stat nodes share run once
+        return [n.op.fit_partial(self.plan.columns(n).input, self.plan.operator_input(n, frame, memo))
+                for n in self.nodes]
 
 
 class _MergeStats:
-    def __init__(self, nodes: list[Node]) -> None:
+    """The stat nodes' partial statistics of several partitions merged into one list (a task)."""
+
+    def __init__(self, nodes: list[OpNode]) -> None:
         self.nodes = nodes
 
     def __call__(self, partials: list[list[Any]]) -> list[Any]:

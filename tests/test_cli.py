@@ -299,6 +299,30 @@ def test_fit_bad_specs(spec, message, criteo_dir, tmp_path, capsys):
     assert not (tmp_path / "wf").exists()
 
 
+def test_fit_spec_with_passthrough_that_is_not_column_names(criteo_dir, tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text("passthrough: [1, 2]\n")
+    assert cli.main(["fit", str(path), criteo_dir, str(tmp_path / "wf")]) == 2
+    err = capsys.readouterr().err
+    assert "`passthrough` must be a list of column names" in err and str(path) in err
+
+
+def test_inspect_describes_any_nested_state_by_its_shape(tmp_path, capsys):
+    frame = pd.DataFrame({"c": ["a", "b", "a", "c", None], "g": [1, 1, 2, 1, 1], "x": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    graph = (["c", "g"] >> tl.ops.Categorify()) + (["c"] >> tl.ops.JoinGroupby(cont_cols=["x"], stats=["mean"]))
+    tl.Workflow(graph, progress=False).fit(frame).save(str(tmp_path / "wf"))
+    assert cli.main(["inspect", str(tmp_path / "wf")]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    sizes = {c: frame[c].nunique() for c in ["c", "g"]}  # 3 and 2 values
+    assert f"vocabularies: 2 tables of 2 to 3 rows ({sum(sizes.values())} in all)" in lines
+    assert f"stats: 1 table of {sizes['c']} rows" in lines
+    # numbers by column, one row each: nulls seen, and ids = padding, null, out-of-vocabulary + the values
+    assert lines[lines.index("Categorify on c, g") + 1].split() == ["column", "null_counts", "cardinalities"]
+    for col in ["c", "g"]:
+        assert [line.split() for line in lines if line.startswith(f"{col} ")][-1] == \
+            [col, str(frame[col].isna().sum()), str(3 + sizes[col])]
+
+
 def test_fit_and_transform_missing_inputs(criteo_dir, tmp_path, capsys):
     (tmp_path / "spec.yaml").write_text(SPEC)
     assert cli.main(["fit", str(tmp_path / "nope.yaml"), criteo_dir, str(tmp_path / "wf")]) == 2

@@ -71,18 +71,27 @@ def op_record(doc: dict, class_name: str) -> dict:
     return next(r["op"] for r in doc["nodes"] if "op" in r and r["op"]["class"].endswith(":" + class_name))
 
 
-def parquet_state(path: Path) -> tuple[dict, str]:
-    """The Categorify state entry stored as parquet and its file name."""
-    doc = json.loads((path / "workflow.json").read_text())
-    key, entry = next((k, e) for k, e in op_record(doc, "Categorify")["state"].items() if "__parquet__" in e)
-    return key, entry["__parquet__"]
+def parquet_entries(entry):
+    """The parquet entries of a state entry, nested ones too ({"__dict__": {...}}, {"__list__": [...]})."""
+    if "__parquet__" in entry:
+        return [entry]
+    inner = entry.get("__dict__", {}).values() if "__dict__" in entry else entry.get("__list__", [])
+    return [found for e in inner for found in parquet_entries(e)]
+
+
+def first_parquet_entry(doc: dict) -> dict:
+    """The first Categorify state entry stored as parquet (a vocabulary)."""
+    return next(p for e in op_record(doc, "Categorify")["state"].values() for p in parquet_entries(e))
+
+
+def parquet_state(path: Path) -> str:
+    """The file name of the first Categorify state entry stored as parquet."""
+    return first_parquet_entry(json.loads((path / "workflow.json").read_text()))["__parquet__"]
 
 
 def set_state_file(name: str):
     def change(doc):
-        state = op_record(doc, "Categorify")["state"]
-        key = next(k for k, e in state.items() if "__parquet__" in e)
-        state[key]["__parquet__"] = name
+        first_parquet_entry(doc)["__parquet__"] = name
     return change
 
 
@@ -218,7 +227,7 @@ def test_state_path_outside_the_directory_is_refused(tmp_path, outside, kind):
 
 def test_symlinked_state_file_leading_outside_is_refused(tmp_path, outside):
     path = basic(tmp_path)
-    _, name = parquet_state(path)
+    name = parquet_state(path)
     os.remove(path / name)
     os.symlink(outside, path / name)
     with pytest.raises(ValueError, match=f"{name} leads outside the workflow directory"):
@@ -236,7 +245,7 @@ def test_symlinked_workflow_json_leading_outside_is_refused(tmp_path):
 def test_symlink_inside_the_directory_is_fine(tmp_path):
     path = basic(tmp_path)
     expected = Workflow.load(str(path)).transform(frame())
-    _, name = parquet_state(path)
+    name = parquet_state(path)
     os.rename(path / name, path / "real.parquet")
     os.symlink(path / "real.parquet", path / name)
     pd.testing.assert_frame_equal(Workflow.load(str(path)).transform(frame()), expected)
@@ -247,6 +256,31 @@ def test_symlink_inside_the_directory_is_fine(tmp_path):
 def test_state_entry_neither_json_nor_parquet_is_refused(tmp_path, entry):
     path = edit(basic(tmp_path), lambda doc: op_record(doc, "Normalize")["state"].update(means=entry))
     with pytest.raises(ValueError, match=r"node \d+, state 'means': a state entry is"):
+        Workflow.load(str(path))
+
+
+@pytest.mark.parametrize("name", ["../secret.parquet", "sub/x.parquet", "/etc/x.parquet"])
+def test_nested_state_file_outside_the_directory_is_refused(tmp_path, outside, name):
+    nested = {"__dict__": {"a": {"__list__": [{"__parquet__": name, "kind": "frame"}]}}}
+    path = edit(basic(tmp_path), lambda doc: op_record(doc, "Normalize")["state"].update(means=nested))
+    with pytest.raises(ValueError, match=r"state 'means'\['a'\]\[0\]: state file .* is not a plain .parquet file"):
+        Workflow.load(str(path))
+
+
+@pytest.mark.parametrize("entry", [{"__dict__": [1]}, {"__list__": {"a": 1}}, {"__dict__": {"a": "text"}},
+                                   {"__list__": [{"__json__": 1}, {"__pickle__": "x"}]}])
+def test_malformed_nested_state_entry_is_refused(tmp_path, entry):
+    path = edit(basic(tmp_path), lambda doc: op_record(doc, "Normalize")["state"].update(means=entry))
+    with pytest.raises(ValueError, match=r"node \d+, state 'means'.*a state entry is"):
+        Workflow.load(str(path))
+
+
+def test_state_entries_nested_too_deep_are_refused(tmp_path):
+    entry = {"__json__": 1}
+    for _ in range(40):
+        entry = {"__list__": [entry]}
+    path = edit(basic(tmp_path), lambda doc: op_record(doc, "Normalize")["state"].update(means=entry))
+    with pytest.raises(ValueError, match="state entries nest more than 32 deep"):
         Workflow.load(str(path))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -24,9 +25,9 @@ import workflow_test_ops as T  # noqa: E402
 from tabloader import backend  # noqa: E402
 from tabloader.dataset import Dataset  # noqa: E402
 from tabloader.graph import ColumnSelector, Node  # noqa: E402
-from tabloader.ops.base import NotFittedError  # noqa: E402
+from tabloader.ops.base import NotFittedError, Operator, flatten_columns  # noqa: E402
 from tabloader.schema import ColumnSchema, Schema, Tags  # noqa: E402
-from tabloader.registry import UntrustedError, function_name  # noqa: E402
+from tabloader.registry import UntrustedError, function_name, register_operator  # noqa: E402
 from tabloader.saved_workflow import WORKFLOW_FILE, WORKFLOW_FORMAT_VERSION  # noqa: E402
 from tabloader.workflow import Workflow  # noqa: E402
 
@@ -174,6 +175,73 @@ def test_same_operator_instance_twice_is_refused():
     op = T.AddOne()
     with pytest.raises(ValueError, match="twice"):
         Workflow((["a"] >> op) + (["b"] >> op))
+
+
+def test_a_list_holding_something_else_than_names_is_refused():
+    for selection in ([1], ["a", 2.5], []):
+        with pytest.raises(TypeError, match="cannot select columns with"):
+            Node.coerce(selection)
+
+
+def test_node_of_a_kind_by_name_still_builds_with_a_deprecation_warning(frame):
+    with pytest.warns(DeprecationWarning, match=r"Node\('select', \.\.\.\) is deprecated"):
+        select = Node("select", selector=ColumnSelector(["a", "b"]))
+    with pytest.warns(DeprecationWarning):
+        graph = Node("drop", [Node("concat", [Node("op", [select], op=T.AddOne()), Node.coerce("c")])], dropped=["b"])
+    out = Workflow(graph, progress=False).fit_transform(frame)
+    assert list(out.columns) == ["a", "c"]
+    np.testing.assert_allclose(out["a"], frame["a"] + 1)
+
+
+def test_the_graph_module_loads_no_operator():
+    # operators import the graph, never the reverse: the graph alone loads no operator module
+    code = "import sys, tabloader.graph; print(sorted(m for m in sys.modules if m.startswith('tabloader.ops')))"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@register_operator(name="test_workflow:CountResolutions")
+class CountResolutions(Operator):
+    """``x + 1``; counts the calls of compute_output_schema, which resolving a graph makes."""
+
+    calls = 0  # on the class: a loaded workflow holds another instance
+
+    def transform(self, columns, frame):
+        return frame[flatten_columns(columns)] + 1
+
+    def compute_output_schema(self, input_schema, columns):
+        type(self).calls += 1
+        return super().compute_output_schema(input_schema, columns)
+
+
+def test_the_graph_is_resolved_by_fit_only(tmp_path, frame):
+    CountResolutions.calls = 0
+    wf = Workflow((["a"] >> CountResolutions()) + ["label"], progress=False).fit(frame)
+    after_fit = CountResolutions.calls
+    assert after_fit > 0
+    wf.transform(frame)
+    wf.transform(Dataset(frame)).compute()
+    wf.save(str(tmp_path / "wf"))
+    loaded = Workflow.load(str(tmp_path / "wf"))
+    out = loaded.transform(Dataset(frame)).compute()
+    assert CountResolutions.calls == after_fit  # neither transform nor load resolved again
+    np.testing.assert_allclose(out["a"], frame["a"] + 1)
+    assert loaded.input_columns == wf.input_columns == ["a", "label"]
+
+
+def test_one_graph_in_two_workflows_fit_on_different_data(frame):
+    # a node holds no resolved columns, so fitting a second workflow does not change the first one's
+    node = Tags.CONTINUOUS >> T.AddOne()
+    first = Workflow(node, progress=False).fit(Dataset(frame, schema=tagged_schema()))  # a and b are continuous
+    only_c = Schema([c.without_tags(Tags.CONTINUOUS) for c in tagged_schema()]).replace(
+        ColumnSchema("c", "int64", {Tags.CONTINUOUS}))
+    second = Workflow(node, progress=False).fit(Dataset(frame, schema=only_c))
+    assert list(second.transform(frame).columns) == ["c"]
+    out = first.transform(frame)
+    assert list(out.columns) == ["a", "b"]
+    np.testing.assert_allclose(out[["a", "b"]], frame[["a", "b"]] + 1)
 
 
 # --- fit: statistics, phases, partitions -----------------------------------------------------

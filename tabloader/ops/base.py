@@ -24,23 +24,16 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
+from tabloader.graph import Node, OpNode
 from tabloader.schema import ColumnSchema, Schema
+from tabloader.selector import Columns, flatten_columns
 
-Columns = Sequence[Any]  # column names; a tuple of names is a group (for joint/combo encodings)
+__all__ = ["Columns", "flatten_columns", "group_name", "NotFittedError", "Operator", "StatOperator",
+           "CachedLookups", "check_numeric"]
 
 
 class NotFittedError(RuntimeError):
     """A statistical operator was used before the workflow that holds it was fit."""
-
-
-def flatten_columns(columns: Columns) -> list[str]:
-    """Column names with groups expanded, in order, without repeats."""
-    out: list[str] = []
-    for col in columns:
-        for name in (col if isinstance(col, (tuple, list)) else (col,)):
-            if name not in out:
-                out.append(name)
-    return out
 
 
 def group_name(group: Any) -> str:
@@ -51,10 +44,8 @@ def group_name(group: Any) -> str:
 class _OperatorType(type):
     """Lets an operator class stand on the right of ``>>``: ``["a"] >> LogOp`` means ``LogOp()``."""
 
-    def __rrshift__(cls, other: Any) -> Any:
-        from tabloader.graph import Node
-
-        return Node.coerce(other) >> cls
+    def __rrshift__(cls, other: Any) -> OpNode:
+        return OpNode(Node.coerce(other), cls())
 
 
 class Operator(metaclass=_OperatorType):
@@ -123,10 +114,8 @@ class Operator(metaclass=_OperatorType):
         return f"{type(self).__name__}({args})"
 
     # --- graph composition --------------------------------------------------------------
-    def __rrshift__(self, other: Any) -> Any:
-        from tabloader.graph import Node
-
-        return Node.coerce(other) >> self
+    def __rrshift__(self, other: Any) -> OpNode:
+        return OpNode(Node.coerce(other), self)
 
 
 class StatOperator(Operator):
@@ -157,6 +146,21 @@ class StatOperator(Operator):
         if not self.is_fitted:
             where = f" on {flatten_columns(columns)}" if columns is not None else ""
             raise NotFittedError(f"{self.label}{where} is not fitted: call Workflow.fit(dataset) before transform")
+
+    def check_fitted_on(self, columns: Sequence[str], fitted: Any) -> None:
+        """Raise NotFittedError naming the ``columns`` missing from ``fitted`` (statistics by column).
+
+        Example:
+            >>> from tabloader.ops import Normalize
+            >>> Normalize().check_fitted_on(["x", "y"], {"x": 0.5})
+            Traceback (most recent call last):
+            ...
+            tabloader.ops.base.NotFittedError: Normalize was not fitted on column(s) ['y'] (fitted on ['x']); ...
+        """
+        missing = [c for c in columns if c not in fitted]
+        if missing:
+            raise NotFittedError(f"{self.label} was not fitted on column(s) {missing} (fitted on {list(fitted)}); "
+                                 "refit the workflow")
 
 
 class CachedLookups:

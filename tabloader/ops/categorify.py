@@ -440,17 +440,13 @@ class Categorify(CachedLookups, StatOperator):
         return lookup
 
     def get_state(self) -> dict[str, Any]:
-        keys = list(self.vocabularies_)
-        state: dict[str, Any] = {"keys": keys, "null_counts": self.null_counts_, "cardinalities": self.cardinalities_,
-                                 "list_columns": self.list_columns_}
-        for i, key in enumerate(keys):
-            state[f"vocab_{i}"] = self.vocabularies_[key]
-        return state
+        return {"vocabularies": self.vocabularies_, "null_counts": self.null_counts_,
+                "cardinalities": self.cardinalities_, "list_columns": self.list_columns_}
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        self.vocabularies_ = {key: state[f"vocab_{i}"] for i, key in enumerate(state["keys"])}
+        self.vocabularies_ = dict(state["vocabularies"])
         self.null_counts_ = dict(state["null_counts"])
         self.cardinalities_ = dict(state["cardinalities"])
         self.list_columns_ = list(state.get("list_columns", []))  # absent from workflows saved before it existed

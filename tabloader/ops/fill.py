@@ -195,7 +195,7 @@ class FillMedian(StatOperator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         self.check_is_fitted(columns)
         cols = flatten_columns(columns)
-        _check_columns_fitted(self, cols, self.medians_)
+        self.check_fitted_on(cols, self.medians_)
         check_numeric(self, frame, cols)
         return _fill(self, columns, frame, self.medians_, float_fallback=True)
 
@@ -211,12 +211,3 @@ class FillMedian(StatOperator):
     def set_state(self, state: dict[str, Any]) -> None:
         if "medians" in state:
             self.medians_ = {k: float(v) for k, v in state["medians"].items()}
-
-
-def _check_columns_fitted(op: StatOperator, columns: list[str], fitted: dict) -> None:
-    from tabloader.ops.base import NotFittedError
-
-    missing = [c for c in columns if c not in fitted]
-    if missing:
-        raise NotFittedError(f"{op.label} was not fitted on column(s) {missing} (fitted on {list(fitted)}); "
-                             "refit the workflow")

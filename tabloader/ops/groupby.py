@@ -69,24 +69,6 @@ def float_values(frame: Any, name: str) -> np.ndarray:
     return backend.to_host(frame[name]).to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def per_group_state(stats: dict[str, Any], null_stats: dict[str, Any]) -> dict[str, Any]:
-    """Per-group statistics (frames by output prefix) as a flat state: the saved workflow
-    stores each entry as its own parquet file, named by position rather than by prefix."""
-    prefixes = list(stats)
-    state: dict[str, Any] = {"prefixes": prefixes}
-    for i, p in enumerate(prefixes):
-        state[f"stats_{i}"] = stats[p]
-        state[f"null_{i}"] = null_stats[p]
-    return state
-
-
-def per_group_stats(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The inverse of :func:`per_group_state`: ``(stats, null_stats)`` by prefix."""
-    prefixes = state["prefixes"]
-    return ({p: state[f"stats_{i}"] for i, p in enumerate(prefixes)},
-            {p: state[f"null_{i}"] for i, p in enumerate(prefixes)})
-
-
 class JoinGroupby(CachedLookups, StatOperator):
     """Per-category statistics of continuous columns, added to every row of that category.
 
@@ -256,12 +238,12 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     # --- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        return per_group_state(self.stats_, self.null_stats_)
+        return {"stats": self.stats_, "null_stats": self.null_stats_}
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        self.stats_, self.null_stats_ = per_group_stats(state)
+        self.stats_, self.null_stats_ = dict(state["stats"]), dict(state["null_stats"])
         self._lookup = {}
 
     # --- transform -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tabloader import backend
-from tabloader.ops.base import Columns, NotFittedError, StatOperator, check_numeric, flatten_columns
+from tabloader.ops.base import Columns, StatOperator, check_numeric, flatten_columns
 from tabloader.schema import Tags
 
 
@@ -33,13 +33,6 @@ def _check_out_dtype(op: Any) -> np.dtype:
     if dtype.kind != "f":
         raise ValueError(f"{op.label}: out_dtype must be a float dtype, got {op.out_dtype!r}")
     return dtype
-
-
-def _check_fitted_columns(op: StatOperator, columns: list[str], fitted: dict) -> None:
-    missing = [c for c in columns if c not in fitted]
-    if missing:
-        raise NotFittedError(f"{op.label} was not fitted on column(s) {missing} (fitted on {list(fitted)}); "
-                             "refit the workflow")
 
 
 def _scale(x: Any, offset: float, scale: float, out_dtype: np.dtype) -> Any:
@@ -124,7 +117,7 @@ class Normalize(StatOperator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         self.check_is_fitted(columns)
         cols = flatten_columns(columns)
-        _check_fitted_columns(self, cols, self.means_)
+        self.check_fitted_on(cols, self.means_)
         check_numeric(self, frame, cols)
         out_dtype = _check_out_dtype(self)
         out = {c: _scale(backend.numeric_values(frame[c]), self.means_[c], self.stds_[c], out_dtype) for c in cols}
@@ -203,7 +196,7 @@ class NormalizeMinMax(StatOperator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         self.check_is_fitted(columns)
         cols = flatten_columns(columns)
-        _check_fitted_columns(self, cols, self.mins_)
+        self.check_fitted_on(cols, self.mins_)
         check_numeric(self, frame, cols)
         out_dtype = _check_out_dtype(self)
         out = {c: _scale(backend.numeric_values(frame[c]), self.mins_[c], self.maxs_[c] - self.mins_[c], out_dtype)

@@ -37,8 +37,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
 from tabloader.ops.categorify import ValueLookup, _arrow_to_pandas, concat_keys, group_keys, null_mask
-from tabloader.ops.groupby import (float_values, key_groups, normalize_keys, per_group_state, per_group_stats,
-                                   split_null_rows)
+from tabloader.ops.groupby import float_values, key_groups, normalize_keys, split_null_rows
 from tabloader.ops.hashing import new_frame
 from tabloader.schema import ColumnSchema, Schema, Tags
 
@@ -202,13 +201,13 @@ class TargetEncoding(CachedLookups, StatOperator):
 
     # --- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        return {**per_group_state(self.stats_, self.null_stats_), "global_mean": self.global_mean_}
+        return {"stats": self.stats_, "null_stats": self.null_stats_, "global_mean": self.global_mean_}
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not state:
             return
         self.global_mean_ = dict(state["global_mean"])
-        self.stats_, self.null_stats_ = per_group_stats(state)
+        self.stats_, self.null_stats_ = dict(state["stats"]), dict(state["null_stats"])
         self._lookup = {}
 
     # --- transform -------------------------------------------------------------------------
