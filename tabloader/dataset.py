@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.io import atomic_directory, filesystem, join
+from tabloader.atomic_files import atomic_directory
+from tabloader.filesystems import filesystem, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
 
 ENGINES = ("parquet", "csv")

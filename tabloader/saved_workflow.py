@@ -36,7 +36,8 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.graph import ColumnSelector, Node
-from tabloader.io import atomic_directory, filesystem, join, write_text_atomic
+from tabloader.atomic_files import atomic_directory, write_text_atomic
+from tabloader.filesystems import filesystem, join
 from tabloader.ops.base import Operator
 from tabloader.registry import TrustedFunctions, function_name, operator_class, operator_name
 from tabloader.schema import Schema

@@ -33,7 +33,7 @@ import socket
 import uuid
 from typing import Any, Iterator
 
-import fsspec
+from tabloader.filesystems import filesystem
 
 # What to do about the errors a write can meet; the message names the path as well.
 _WRITE_ADVICE = {
@@ -49,15 +49,6 @@ _WRITE_ADVICE = {
 }
 # Errors only a write raises: wherever they come from inside an atomic directory, they are its.
 _WRITE_ONLY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
-
-
-def filesystem(path: str) -> tuple[Any, str]:
-    """The fsspec filesystem for ``path`` and the path as that filesystem spells it."""
-    return fsspec.core.url_to_fs(str(path))
-
-
-def join(directory: str, name: str) -> str:
-    return str(directory).rstrip("/") + "/" + name
 
 
 def temporary_sibling(path: str, kind: str = "tmp") -> str:
