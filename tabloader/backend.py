@@ -236,20 +236,26 @@ def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Se
 
 
 def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
-                       filesystem: Any = None) -> Any:
-    """Read one parquet file (optionally some row groups) into a pyarrow Table."""
-    import pyarrow.parquet as pq
+                       filesystem: Any = None, memory_pool: Any = None) -> Any:
+    """Read one parquet file (optionally some row groups) into a pyarrow Table.
 
-    source = filesystem.open(path, "rb") if filesystem is not None else path
-    try:
-        pf = pq.ParquetFile(source)
-        if row_groups is None:
-            return pf.read(columns=list(columns) if columns is not None else None, use_threads=True)
-        return pf.read_row_groups(list(row_groups), columns=list(columns) if columns is not None else None,
-                                  use_threads=True)
-    finally:
-        if filesystem is not None:
-            source.close()
+    ``filesystem`` is an fsspec or pyarrow file system (default: the local disk). The columns
+    are decoded into ``memory_pool`` (default: pyarrow's), the byte ranges of a row group
+    fetched together; a column missing from the file raises a KeyError naming it.
+    """
+    import pyarrow.dataset as pds
+
+    from tabloader.filesystems import arrow_filesystem
+
+    scan = pds.ParquetFragmentScanOptions(pre_buffer=True)
+    fragment = pds.ParquetFileFormat(default_fragment_scan_options=scan).make_fragment(
+        str(path), filesystem=arrow_filesystem(filesystem), row_groups=None if row_groups is None else list(row_groups))
+    if columns is not None:
+        missing = [c for c in columns if c not in fragment.physical_schema.names]
+        if missing:
+            raise KeyError(f"columns {missing} are not in {path}")
+    return fragment.to_table(columns=None if columns is None else list(columns), memory_pool=memory_pool,
+                             use_threads=True)
 
 
 # --- arrays and DLPack -------------------------------------------------------------------
