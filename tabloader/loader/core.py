@@ -21,6 +21,7 @@ from tabloader.loader.plan import ChunkSpec, PartitionPlan
 from tabloader.loader.prefetch import Prefetcher
 from tabloader.loader.reader import PartitionReader, ReadAhead
 from tabloader.loader.shuffle import Shuffler
+from tabloader.sizes import parse_size
 
 
 class Loader:
@@ -94,7 +95,7 @@ class Loader:
         self.gpu_frames = self.device == "cuda" and getattr(dataset, "device", "cpu") == "cuda"
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
-        self.buffer_bytes = _parse_bytes(buffer_size)
+        self.buffer_bytes = parse_size(buffer_size, "buffer_size")
         self.parts_per_chunk = None if parts_per_chunk is None else _integer("parts_per_chunk", parts_per_chunk, 1)
         sizes = dataset.partition_sizes()
         if sizes is None:  # a transform may drop rows: count them once by reading
@@ -267,14 +268,3 @@ def _seed(seed: Any, shuffle: bool, global_size: int) -> int:
                          "so they would read overlapping rows: give every rank the same integer seed")
     return int(np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
 
-
-def _parse_bytes(size: int | str) -> int:
-    from dask.utils import parse_bytes
-
-    try:
-        value = int(size) if isinstance(size, (int, np.integer)) else parse_bytes(size)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"buffer_size={size!r} is not a size such as '512MB' ({exc})") from None
-    if value <= 0:
-        raise ValueError(f"buffer_size must be positive, got {size!r}")
-    return value
