@@ -170,12 +170,8 @@ def _conform(table: Any, piece: Piece, target: Any) -> Any:
 
 
 def _naming(exc: Exception, where: str) -> Exception:
-    """``exc`` with ``where`` in front of its message, of the same type where that type is
-    built from a message (raise it ``from exc``)."""
-    try:
-        return type(exc)(f"{where}: {error_message(exc)}")
-    except Exception:  # an exception type that takes other arguments
-        return RuntimeError(f"{where}: {type(exc).__name__}: {error_message(exc)}")
+    """``exc`` with ``where`` in front of its message, of the same type (raise it ``from exc``)."""
+    return type(exc)(f"{where}: {error_message(exc)}")
 
 
 def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
