@@ -164,6 +164,12 @@ class Dataset:
 
         Untransformed parquet is read without pandas, decoded into ``memory_pool`` (a pyarrow
         ``MemoryPool``; default: pyarrow's). The loader passes a pool that keeps its pages.
+
+        Example:
+            >>> import pandas as pd, pyarrow as pa, tabloader as tl
+            >>> ds = tl.Dataset(pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]}))
+            >>> ds.read_partition_arrow(0, ["b"], memory_pool=pa.default_memory_pool()).to_pydict()
+            {'b': [0.5, 1.5]}
         """
         import pyarrow as pa
 
