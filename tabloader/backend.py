@@ -239,23 +239,44 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
                        filesystem: Any = None, memory_pool: Any = None) -> Any:
     """Read one parquet file (optionally some row groups) into a pyarrow Table.
 
-    ``filesystem`` is an fsspec or pyarrow file system (default: the local disk). The columns
-    are decoded into ``memory_pool`` (default: pyarrow's), the byte ranges of a row group
-    fetched together; a column missing from the file raises a KeyError naming it.
+    ``filesystem`` is an fsspec or pyarrow file system (default: the local disk); a column
+    missing from the file raises a KeyError naming it. With a ``memory_pool`` (a pyarrow
+    ``MemoryPool``) the columns are decoded into it, by pyarrow's dataset reader; without, by
+    its ParquetFile reader, which takes about 5% less CPU but only allocates from the default
+    pool.
     """
-    import pyarrow.dataset as pds
+    import pyarrow.parquet as pq
 
     from tabloader.filesystems import arrow_filesystem
 
+    fs = arrow_filesystem(filesystem)
+    columns = None if columns is None else list(columns)
+    row_groups = None if row_groups is None else list(row_groups)
+    if memory_pool is None:
+        # Pre-buffering coalesces the reads of a row group: fewer round trips to remote storage,
+        # but about 3% more CPU from a local disk.
+        with pq.ParquetFile(str(path), filesystem=fs, pre_buffer=fs.type_name != "local") as file:
+            table = (file.read(columns=columns, use_threads=True) if row_groups is None
+                     else file.read_row_groups(row_groups, columns=columns, use_threads=True))
+    else:
+        table = _read_parquet_fragment(str(path), fs, columns, row_groups, memory_pool)
+    read = set(table.column_names)  # both readers leave missing columns out
+    missing = [c for c in columns or () if c not in read]
+    if missing:
+        raise KeyError(f"columns {missing} are not in {path}")
+    return table
+
+
+def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups: list | None, pool: Any) -> Any:
+    import pyarrow.dataset as pds
+
     scan = pds.ParquetFragmentScanOptions(pre_buffer=True)
     fragment = pds.ParquetFileFormat(default_fragment_scan_options=scan).make_fragment(
-        str(path), filesystem=arrow_filesystem(filesystem), row_groups=None if row_groups is None else list(row_groups))
+        path, filesystem=fs, row_groups=row_groups)
     if columns is not None:
-        missing = [c for c in columns if c not in fragment.physical_schema.names]
-        if missing:
-            raise KeyError(f"columns {missing} are not in {path}")
-    return fragment.to_table(columns=None if columns is None else list(columns), memory_pool=memory_pool,
-                             use_threads=True)
+        present = set(fragment.physical_schema.names)  # the dataset reader refuses a missing column
+        columns = [c for c in columns if c in present]
+    return fragment.to_table(columns=columns, memory_pool=pool, use_threads=True)
 
 
 # --- arrays and DLPack -------------------------------------------------------------------

@@ -164,7 +164,8 @@ def _conform(table: Any, piece: Piece, target: Any) -> Any:
     import pyarrow as pa
 
     keys = key_columns(piece.partition, target, table.num_rows)
-    arrays = [keys.column(f.name) if f.name in keys.column_names else table.column(f.name) for f in target]
+    key_names = set(keys.column_names)  # column_names builds a new list at every call
+    arrays = [keys.column(f.name) if f.name in key_names else table.column(f.name) for f in target]
     return pa.Table.from_arrays([a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, target)],
                                 schema=target)
 
