@@ -305,6 +305,18 @@ def test_read_partition_arrow_decodes_parquet_into_the_given_memory_pool(tmp_pat
     assert doubled.column("x").to_pylist() == (df["x"] * 2).tolist()
 
 
+def test_a_file_that_lost_a_column_after_construction_names_file_and_column(tmp_path, df):
+    paths = write_parts(df, tmp_path / "d", nfiles=2)
+    ds = Dataset(str(tmp_path / "d"), part_size="16KB")
+    write_parquet(df.drop(columns=["x"]), paths[1])  # rewritten behind the dataset's back
+    last = ds.npartitions - 1
+    for read in (lambda: ds.read_partition(last), lambda: ds.read_partition_arrow(last),
+                 lambda: ds.read_partition_arrow(last, ["id", "x"], memory_pool=pa.system_memory_pool())):
+        with pytest.raises(KeyError, match=r"part_1\.parquet.*\['x'\]"):
+            read()
+    pd.testing.assert_frame_equal(ds.read_partition(0), df.iloc[:ds.partition_sizes()[0]])
+
+
 def test_a_frame_dataset_has_no_files(df):
     with pytest.raises(AttributeError, match="a Dataset of a DataFrame has no files"):
         Dataset(df).paths
