@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.io import join
+from tabloader.filesystems import is_local, join
 from tabloader.records import SHOWN_CHARS
 from tabloader.schema import json_default
 
@@ -188,10 +188,8 @@ def _table_value(frame: pd.DataFrame, kind: str) -> Any:
 
 def confined(fs: Any, root: str, name: str) -> str:
     """The path of file ``name`` in directory ``root``, after checking that it does not lead out of ``root``."""
-    from fsspec.implementations.local import LocalFileSystem
-
     path = join(root, name)
-    if isinstance(fs, LocalFileSystem):  # only local paths have symlinks
+    if is_local(fs):  # only local paths have symlinks
         real, real_root = os.path.realpath(path), os.path.realpath(root)
         if os.path.commonpath([real, real_root]) != real_root:
             raise ValueError(f"{path}: {name} leads outside the workflow directory {root} (a symlink to {real}); "

@@ -32,8 +32,9 @@ import json
 from typing import Any, Iterable
 
 from tabloader import saved_workflow_v1
+from tabloader.atomic_files import atomic_directory, write_text_atomic
+from tabloader.filesystems import filesystem, join
 from tabloader.graph import NODE_KINDS, Node, NodeColumns, OpNode
-from tabloader.io import atomic_directory, filesystem, join, write_text_atomic
 from tabloader.ops.base import Operator
 from tabloader.plan import Plan
 from tabloader.records import SHOWN_CHARS, check_key, check_names, is_column

@@ -242,7 +242,7 @@ class Schema:
 
     def save(self, path: str, fs: Any = None) -> None:
         """Write the schema as JSON to ``path`` (through a temporary name, then renamed)."""
-        from tabloader.io import write_text_atomic
+        from tabloader.atomic_files import write_text_atomic
 
         write_text_atomic(path, self.to_json(), fs=fs)
 

@@ -511,7 +511,8 @@ def _write_parts(path: str, rows: int, num_files: int, seed: Any, overwrite: boo
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tabloader.io import atomic_directory, filesystem, join
+    from tabloader.atomic_files import atomic_directory
+    from tabloader.filesystems import filesystem, join
     from tabloader.schema import SCHEMA_FILE_NAME
 
     sizes = _split_rows(rows, num_files)

@@ -106,7 +106,7 @@ def test_concat_to_host_to_device_asarray():
 
 def test_import_tabloader_imports_no_gpu_or_framework_module():
     code = (
-        "import sys, json, tabloader, tabloader.backend, tabloader.schema, tabloader.dataset, tabloader.io\n"
+        "import sys, json, tabloader, tabloader.backend, tabloader.schema, tabloader.dataset, tabloader.atomic_files\n"
         "import pandas as pd\n"
         "tabloader.Dataset(pd.DataFrame({'a': [1, 2]})).compute()\n"
         "heavy = ['cupy', 'cudf', 'dask_cudf', 'torch', 'tensorflow', 'keras', 'triton', 'jax']\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -248,6 +249,77 @@ def test_dask_frame(df):
     check_dataset(ds, df, npartitions=4)
     assert {c.name: c.dtype for c in ds.schema} == EXPECTED_DTYPES
     assert ds.to_ddf() is ddf
+
+
+# --- the partition interface every source shares ----------------------------------------------------
+def datasets_of_every_source(df: pd.DataFrame, tmp_path) -> dict[str, Dataset]:
+    """The rows of ``df`` behind each kind of source, each in several partitions."""
+    write_parts(df, tmp_path / "parquet", nfiles=3, row_group_size=100)
+    os.makedirs(tmp_path / "csv")
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 3)):
+        df.iloc[rows].to_csv(tmp_path / "csv" / f"part_{i}.csv", index=False)
+    with dask.config.set({"dataframe.convert-string": False}):
+        ddf = dd.from_pandas(df, npartitions=4)
+    return {"parquet": Dataset(str(tmp_path / "parquet"), part_size="8KB"),
+            "csv": Dataset(str(tmp_path / "csv"), part_size="8KB"),
+            "frame": Dataset(df, part_size="8KB"),
+            "dask": Dataset(ddf)}
+
+
+DESCRIBED = {"parquet": r"^/.*/parquet/part_0\.parquet$",
+             "csv": r"^a block of one of the 3 CSV files /.*/part_0\.csv \.\.\. /.*/part_2\.csv$",
+             "frame": r"^rows \[0, \d+\) of the DataFrame$",
+             "dask": r"^partition 0 of the Dask DataFrame$"}
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "frame", "dask"])
+def test_every_source_answers_the_partition_interface(tmp_path, df, kind):
+    ds = datasets_of_every_source(df, tmp_path)[kind]
+    source = ds.source
+    assert isinstance(source, tl.dataset.Source) and source.npartitions == ds.npartitions > 1
+    tables = [ds.read_partition_arrow(i, ["s", "id"]) for i in range(ds.npartitions)]
+    frames = [source.read_frame(i, ["s", "id"]) for i in range(ds.npartitions)]
+    assert all(t.column_names == ["s", "id"] for t in tables)
+    assert all(list(f.columns) == ["s", "id"] for f in frames)
+    for rows in ([t.num_rows for t in tables], [len(f) for f in frames]):
+        assert sum(rows) == len(df)
+        assert source.partition_sizes() in (None, rows)  # Dask and CSV sources know them by reading only
+    for got in (pa.concat_tables(tables).to_pydict(), pd.concat(frames).to_dict("list")):
+        assert got == {"s": df["s"].tolist(), "id": df["id"].tolist()}
+    assert re.match(DESCRIBED[kind], ds.describe_partition(0)), ds.describe_partition(0)
+    assert source.arrow_schema.names == list(df.columns)
+    assert list(source.meta().columns) == list(df.columns) and len(source.meta()) == 0
+    assert hasattr(ds, "paths") == (kind in ("parquet", "csv"))
+
+
+def test_read_partition_arrow_decodes_parquet_into_the_given_memory_pool(tmp_path, df):
+    write_parts(df, tmp_path / "d", nfiles=2)
+    ds = Dataset(str(tmp_path / "d"))
+    pool = pa.system_memory_pool()  # not pyarrow's default one; a pool must outlive its buffers
+    before = pool.bytes_allocated()
+    table = ds.read_partition_arrow(0, ["id", "x"], memory_pool=pool)
+    assert table.to_pydict() == {"id": df["id"].tolist(), "x": df["x"].tolist()}
+    assert pool.bytes_allocated() - before >= len(df) * (8 + 8)  # the decoded columns live in that pool
+    transformed = ds.with_transform(lambda part: part.assign(x=part["x"] * 2), ds.schema)
+    doubled = transformed.read_partition_arrow(0, ["x"], memory_pool=pool)  # accepted, whatever the source
+    assert doubled.column("x").to_pylist() == (df["x"] * 2).tolist()
+
+
+def test_a_file_that_lost_a_column_after_construction_names_file_and_column(tmp_path, df):
+    paths = write_parts(df, tmp_path / "d", nfiles=2)
+    ds = Dataset(str(tmp_path / "d"), part_size="16KB")
+    write_parquet(df.drop(columns=["x"]), paths[1])  # rewritten behind the dataset's back
+    last = ds.npartitions - 1
+    for read in (lambda: ds.read_partition(last), lambda: ds.read_partition_arrow(last),
+                 lambda: ds.read_partition_arrow(last, ["id", "x"], memory_pool=pa.system_memory_pool())):
+        with pytest.raises(KeyError, match=r"part_1\.parquet.*\['x'\]"):
+            read()
+    pd.testing.assert_frame_equal(ds.read_partition(0), df.iloc[:ds.partition_sizes()[0]])
+
+
+def test_a_frame_dataset_has_no_files(df):
+    with pytest.raises(AttributeError, match="a Dataset of a DataFrame has no files"):
+        Dataset(df).paths
 
 
 # --- schemas ------------------------------------------------------------------------------------

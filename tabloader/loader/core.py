@@ -21,6 +21,7 @@ from tabloader.loader.plan import ChunkSpec, PartitionPlan
 from tabloader.loader.prefetch import Prefetcher
 from tabloader.loader.reader import PartitionReader, ReadAhead
 from tabloader.loader.shuffle import Shuffler
+from tabloader.sizes import parse_size
 
 
 class Loader:
@@ -94,16 +95,11 @@ class Loader:
         self.gpu_frames = self.device == "cuda" and getattr(dataset, "device", "cpu") == "cuda"
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
-        self.buffer_bytes = _parse_bytes(buffer_size)
+        self.buffer_bytes = parse_size(buffer_size, "buffer_size")
         self.parts_per_chunk = None if parts_per_chunk is None else _integer("parts_per_chunk", parts_per_chunk, 1)
-        sizes = dataset.partition_sizes()
-        if sizes is None:  # a transform may drop rows: count them once by reading
-            sizes = [self.reader.count(i) for i in range(dataset.npartitions)]
-        rows_per_chunk = None
-        if parts_per_chunk is None:
-            rows_per_chunk = max(1, int(self.buffer_bytes // self.layout.row_bytes(self._list_lengths(sizes))))
-        self.plan = PartitionPlan(sizes, self.shuffle, self.seed, self.global_rank, self.global_size,
-                                  self.drop_last, rows_per_chunk, parts_per_chunk)
+        self._plan: PartitionPlan | None = None
+        if not self._plan_needs_reading():
+            self._plan = self._make_plan()  # from metadata alone: its errors come at once
         self.shuffler = Shuffler(self.shuffle, self.seed, self.device)
         self.batcher = Batcher(self.layout, self.batch_size, self.drop_last)
         self._buffer: ChunkBuffer | None = None
@@ -111,7 +107,33 @@ class Loader:
         self._current: list[int] | None = None  # [epoch, rows yielded] of the running epoch
         self._active: Any = None
 
-    # --- sizes ------------------------------------------------------------------------------
+    # --- the plan and sizes --------------------------------------------------------------------
+    @property
+    def plan(self) -> PartitionPlan:
+        """The rows each epoch reads, as chunks.
+
+        Built by the constructor when the partitions' row counts and the row size are known
+        without reading data; otherwise (a transform that can drop rows, or list columns sizing
+        the chunks) on first use, so that constructing a loader never reads a partition.
+        """
+        if self._plan is None:
+            self._plan = self._make_plan()
+        return self._plan
+
+    def _plan_needs_reading(self) -> bool:
+        sizes_unknown = self.dataset.partition_sizes() is None
+        return sizes_unknown or (bool(self.layout.lists) and self.parts_per_chunk is None)
+
+    def _make_plan(self) -> PartitionPlan:
+        sizes = self.dataset.partition_sizes()
+        if sizes is None:  # a transform may drop rows: count them once by reading
+            sizes = [self.reader.count(i) for i in range(self.dataset.npartitions)]
+        rows_per_chunk = None
+        if self.parts_per_chunk is None:
+            rows_per_chunk = max(1, int(self.buffer_bytes // self.layout.row_bytes(self._list_lengths(sizes))))
+        return PartitionPlan(sizes, self.shuffle, self.seed, self.global_rank, self.global_size,
+                             self.drop_last, rows_per_chunk, self.parts_per_chunk)
+
     def __len__(self) -> int:
         """Batches per epoch (the same on every rank)."""
         return self.plan.num_batches(self.batch_size)
@@ -267,14 +289,3 @@ def _seed(seed: Any, shuffle: bool, global_size: int) -> int:
                          "so they would read overlapping rows: give every rank the same integer seed")
     return int(np.random.SeedSequence().generate_state(1, dtype=np.uint32)[0])
 
-
-def _parse_bytes(size: int | str) -> int:
-    from dask.utils import parse_bytes
-
-    try:
-        value = int(size) if isinstance(size, (int, np.integer)) else parse_bytes(size)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"buffer_size={size!r} is not a size such as '512MB' ({exc})") from None
-    if value <= 0:
-        raise ValueError(f"buffer_size must be positive, got {size!r}")
-    return value

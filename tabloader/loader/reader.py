@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from tabloader.dataset.source import error_message
+
 
 class LoaderReadError(RuntimeError):
     """A partition could not be read or does not hold what the loader needs (names the files)."""
@@ -23,11 +25,12 @@ class LoaderReadError(RuntimeError):
 class PartitionReader:
     """Decodes partitions of a dataset and checks them.
 
-    Reads with pyarrow (``Dataset.read_partition_arrow``: no pandas for untransformed parquet)
-    or, for a cuDF dataset on the GPU, as cuDF frames. Keeps the last partition read, so a
-    partition split between two chunks is decoded once. Errors name the partition's files; a
-    null in a column raises, except in ``nan_columns`` (the loader passes its float columns:
-    there a null is handed on as NaN, as pandas does).
+    Reads with pyarrow (``Dataset.read_partition_arrow``: no pandas for untransformed parquet,
+    decoded into :func:`memory_pool`) or, for a cuDF dataset on the GPU, as cuDF frames. Keeps
+    the last partition read, so a partition split between two chunks is decoded once. Errors
+    name the partition's files (``Dataset.describe_partition``); a null in a column raises,
+    except in ``nan_columns`` (the loader passes its float columns: there a null is handed on
+    as NaN, as pandas does).
 
     Example:
         >>> import pandas as pd, tabloader as tl
@@ -35,7 +38,7 @@ class PartitionReader:
         >>> reader.read(0)
         Traceback (most recent call last):
         ...
-        tabloader.loader.LoaderReadError: column 'a' has 1 null value(s) in partition 0 (a DataFrame); ...
+        tabloader.loader.LoaderReadError: column 'a' has 1 null value(s) in partition 0 (rows [0, 3) of the DataFrame); ...
     """
 
     def __init__(self, dataset: Any, columns: Sequence[str], gpu_frames: bool = False,
@@ -44,18 +47,10 @@ class PartitionReader:
         self.nan_columns = set(nan_columns)
         self.gpu_frames = gpu_frames
         self._cache: tuple[int, Any] | None = None
-        # Untransformed parquet: read the row groups directly into the loader's memory pool.
-        pieces = getattr(dataset, "_partitions", None)
-        self._pieces = pieces if pieces and not gpu_frames and not dataset.is_transformed else None
-        self._arrow_fs = _arrow_filesystem(getattr(dataset, "_fs", None)) if self._pieces else None
 
     def describe(self, index: int) -> str:
-        """The files of partition ``index`` (for messages)."""
-        parts = getattr(self.dataset, "_partitions", None)
-        if parts and index < len(parts):
-            files = sorted({p.path for p in parts[index]})
-            return ", ".join(files)
-        return "a DataFrame" if getattr(self.dataset, "_frame", None) is not None else "in-memory data"
+        """The files (or rows) of partition ``index`` (for messages)."""
+        return self.dataset.describe_partition(index)
 
     def read(self, index: int) -> Any:
         """Partition ``index`` as a pyarrow Table (or a cuDF frame) with the loader's columns."""
@@ -71,13 +66,11 @@ class PartitionReader:
         try:
             if self.gpu_frames:
                 data = self.dataset.read_partition(index, self.columns)
-            elif self._pieces is not None:
-                data = _read_pieces_arrow(self.dataset, self._pieces[index], self.columns, self._arrow_fs)
             else:
-                data = self.dataset.read_partition_arrow(index, self.columns)
+                data = self.dataset.read_partition_arrow(index, self.columns, memory_pool=memory_pool())
         except Exception as exc:
             raise LoaderReadError(f"could not read partition {index} ({self.describe(index)}): "
-                                  f"{type(exc).__name__}: {exc}") from exc
+                                  f"{type(exc).__name__}: {error_message(exc)}") from exc
         self._check(index, data)
         return data
 
@@ -162,44 +155,17 @@ class ReadAhead:
         self.close()
 
 
-def _read_pieces_arrow(dataset: Any, pieces: Sequence[Any], columns: Sequence[str], fs: Any) -> Any:
-    """Row groups of parquet files of ``dataset`` as one pyarrow Table, decoded into
-    :func:`_memory_pool` and laid out as the dataset yields them (its column order, hive
-    partition keys added, dictionary-encoded columns decoded).
+_POOL: list[Any] = []
+
+
+def memory_pool() -> Any:
+    """The pyarrow memory pool the loader decodes into: jemalloc keeping freed pages for a
+    while (falls back to pyarrow's default pool where jemalloc is not built in).
 
     The default (mimalloc) pool hands freed memory back to the OS at once, and page faults on
     fresh memory cost about as much as decoding itself; a pool that keeps its pages makes
     reading a partition about twice as fast in a loop that reads one partition after another.
     """
-    import pyarrow as pa
-    import pyarrow.dataset as pds
-
-    pool = _memory_pool()
-    fmt = pds.ParquetFileFormat(default_fragment_scan_options=pds.ParquetFragmentScanOptions(pre_buffer=True))
-    file_columns = dataset._file_columns(columns)
-    tables = []
-    for piece in pieces:
-        try:
-            fragment = fmt.make_fragment(piece.path, filesystem=fs, row_groups=piece.row_groups)
-            missing = [c for c in file_columns if c not in fragment.physical_schema.names]
-            if missing:
-                raise KeyError(f"columns {missing} are missing")
-            table = fragment.to_table(columns=file_columns, memory_pool=pool, use_threads=True)
-            tables.append(dataset._conform(table, piece, columns))
-        except Exception as exc:
-            raise LoaderReadError(f"{piece.path}: could not read row groups {piece.row_groups}: "
-                                  f"{type(exc).__name__}: {exc}") from exc
-    if not tables:
-        return dataset._target_schema(columns).empty_table()
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, memory_pool=pool)
-
-
-_POOL: list[Any] = []
-
-
-def _memory_pool() -> Any:
-    """The pyarrow memory pool the loader decodes into: jemalloc keeping freed pages for a
-    while (falls back to pyarrow's default pool where jemalloc is not built in)."""
     if not _POOL:
         import pyarrow as pa
 
@@ -213,15 +179,6 @@ def _memory_pool() -> Any:
 
 
 _POOL_DECAY_MS = 10_000
-
-
-def _arrow_filesystem(fs: Any) -> Any:
-    """A pyarrow filesystem for an fsspec one (local paths stay local)."""
-    import pyarrow.fs as pafs
-
-    if fs is None or type(fs).__name__ == "LocalFileSystem":
-        return pafs.LocalFileSystem()
-    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
 def _is_arrow_list(arrow_type: Any) -> bool:

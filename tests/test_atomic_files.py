@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import importlib
 import os
 import shutil
 import signal
@@ -19,7 +20,8 @@ import pandas as pd
 import pytest
 
 from tabloader import Dataset, Workflow, ops, synthetic
-from tabloader.io import atomic_directory, filesystem, join, temporary_sibling, write_text_atomic
+from tabloader.atomic_files import atomic_directory, temporary_sibling, write_text_atomic
+from tabloader.filesystems import filesystem, join
 from tabloader.schema import Schema
 
 
@@ -62,6 +64,14 @@ def test_join_and_filesystem():
 
 
 # --- write_text_atomic --------------------------------------------------------------------------
+def test_tabloader_io_is_a_deprecated_alias():
+    sys.modules.pop("tabloader.io", None)  # so that importing it runs it (and warns) again
+    with pytest.warns(DeprecationWarning, match="tabloader.atomic_files"):
+        io = importlib.import_module("tabloader.io")
+    assert (io.atomic_directory, io.write_text_atomic, io.filesystem, io.join) == (
+        atomic_directory, write_text_atomic, filesystem, join)
+
+
 def test_write_text_atomic_creates_and_replaces(tmp_path):
     path = tmp_path / "a.txt"
     write_text_atomic(str(path), "hello")
@@ -450,7 +460,7 @@ def test_a_live_writer_s_temporary_is_left_alone(tmp_path):
     # A second process holds an atomic directory of `out` open until it reads a line.
     child = subprocess.Popen(python_command(f"""
         import sys
-        from tabloader.io import atomic_directory
+        from tabloader.atomic_files import atomic_directory
         with atomic_directory({out!r}, overwrite=True) as tmp:
             open(tmp + "/from-the-live-writer.txt", "w").write("live")
             print(tmp, flush=True)
@@ -471,7 +481,7 @@ def test_a_live_writer_s_temporary_is_left_alone(tmp_path):
 
 
 def _this_machine() -> str:
-    """The SPACE part of the names tabloader makes here (the format is in tabloader.io's docstring)."""
+    """The SPACE part of the names tabloader makes here (the format is in tabloader.atomic_files' docstring)."""
     return os.path.basename(temporary_sibling("x")).split(".tmp-")[1].split("-")[0]
 
 

@@ -1,0 +1,320 @@
+"""Dataset: one source of rows, the transforms applied as partitions are read, and a schema.
+
+Example:
+    >>> import pandas as pd, tabloader as tl
+    >>> ds = tl.Dataset(pd.DataFrame({"a": [1, 2, 3]}), part_size=16)
+    >>> ds.npartitions, ds.describe_partition(1), ds.read_partition_arrow(1).column("a").to_pylist()
+    (2, 'rows [1, 3) of the DataFrame', [2, 3])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator, Sequence
+
+import pandas as pd
+
+from tabloader import backend
+from tabloader.dataset.csv import CsvSource
+from tabloader.dataset.files import ENGINES, FileSet
+from tabloader.dataset.frames import DaskSource, FrameSource
+from tabloader.dataset.parquet import ParquetSource
+from tabloader.dataset.source import Source, refuse_unsupported_types, select
+from tabloader.schema import Schema
+from tabloader.sizes import parse_size
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionTransform:
+    """A function applied to every partition as it is read (a fitted workflow, for instance)."""
+
+    function: Callable[[Any], Any]
+    input_columns: tuple[str, ...] | None  # columns the function reads; None means all
+    preserves_rows: bool  # False when it can drop rows (filters), so row counts need a pass
+
+
+class Dataset:
+    """A tabular dataset read partition by partition.
+
+    Args:
+        source: a parquet or CSV path, directory, glob or list of them (local or fsspec URL),
+            a pandas or cuDF DataFrame, or a Dask DataFrame.
+        engine: ``"parquet"`` or ``"csv"``; inferred from file extensions when None.
+        part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count.
+        schema: a :class:`~tabloader.schema.Schema` (or the path of a schema JSON file) giving
+            tags and properties; by default read from ``_schema.json`` beside the data, else
+            inferred from the dtypes.
+        device: ``"cpu"`` (pandas), ``"cuda"`` (cuDF) or None for cuDF when it is usable.
+        columns: read only these columns, in this order (by default every column).
+        **read_kwargs: passed to the CSV reader (``sep``, ``names``, ...).
+
+    Parquet files are read as their writer (pyarrow, Spark, DuckDB, polars, pandas) left
+    them: integer and boolean columns that may hold nulls (the files' statistics say so, or
+    say nothing) are pandas nullable dtypes (``Int64``, ``boolean``...) in every partition,
+    the others numpy; ``key=value`` folders (hive partitioning) become columns; files may
+    order their columns differently (the first file's order is used); dictionary-encoded
+    columns are read as their values. Struct, map and list-of-list columns are refused here,
+    naming the column: leave them out with ``columns=``.
+
+    The rows come from a :attr:`source` (:class:`~tabloader.dataset.ParquetSource`,
+    :class:`~tabloader.dataset.CsvSource`, :class:`~tabloader.dataset.FrameSource` or
+    :class:`~tabloader.dataset.DaskSource`); a transformed dataset (a fitted workflow's
+    ``transform``) applies its transforms to each partition as it is read.
+
+    Example:
+        >>> import pandas as pd, tabloader as tl
+        >>> ds = tl.Dataset(pd.DataFrame({"x": range(10)}), part_size=16)
+        >>> ds.npartitions, [len(p) for p in ds.to_iter()][:2]
+        (5, [2, 2])
+    """
+
+    def __init__(self, source: Any, engine: str | None = None, part_size: int | str = "128MB",
+                 schema: Schema | str | None = None, device: str | None = None,
+                 columns: Sequence[str] | None = None, **read_kwargs: Any) -> None:
+        self.part_size = parse_size(part_size, "part_size")
+        self.device = _dataset_device(device)
+        if engine is not None and engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+        self._source = _open_source(source, engine, self.part_size, self.device,
+                                    [columns] if isinstance(columns, str) else columns, read_kwargs)
+        self.engine = self._source.engine or engine
+        self._transforms: tuple[PartitionTransform, ...] = ()
+        sizes = self._source.partition_sizes()
+        self._num_rows: int | None = None if sizes is None else sum(sizes)
+        self._schema = self._infer_schema(schema)
+
+    def _infer_schema(self, schema: Schema | str | None) -> Schema:
+        if isinstance(schema, str):
+            schema = Schema.load(schema)
+        arrow_schema = self._source.arrow_schema
+        refuse_unsupported_types(arrow_schema, self._source.describe())
+        inferred = Schema.from_arrow(arrow_schema)
+        if schema is None:
+            schema = self._source.saved_schema()
+        if schema is None:
+            return inferred
+        # The data decides which columns exist and their dtypes; the given schema adds roles.
+        return Schema(schema[c.name].with_dtype(c.dtype, c.is_list) if c.name in schema else c for c in inferred)
+
+    # --- properties -------------------------------------------------------------------------
+    @property
+    def source(self) -> Source:
+        """Where the rows come from: files, a DataFrame or a Dask DataFrame, as partitions."""
+        return self._source
+
+    @property
+    def schema(self) -> Schema:
+        """Column names, dtypes, tags and properties of the rows this dataset yields."""
+        return self._schema
+
+    @property
+    def paths(self) -> list[str]:
+        """The data files (datasets of files only)."""
+        return self._files().paths
+
+    @property
+    def source_dir(self) -> str:
+        """The folder of the data files, where ``_schema.json`` is looked for (files only)."""
+        return self._files().directory
+
+    def _files(self) -> FileSet:
+        if self._source.files is None:
+            raise AttributeError(f"a Dataset of {self._source.summary} has no files")
+        return self._source.files
+
+    @property
+    def npartitions(self) -> int:
+        return self._source.npartitions
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows (from parquet metadata when no transform can drop rows)."""
+        if self._num_rows is None or not self._preserves_rows():
+            counts = self._map_partitions_compute(len, "counting rows")
+            if self._preserves_rows():
+                self._num_rows = int(sum(counts))
+            return int(sum(counts))
+        return self._num_rows
+
+    def _preserves_rows(self) -> bool:
+        return all(t.preserves_rows for t in self._transforms)
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self._source.summary}, {self.npartitions} partition(s), device={self.device!r}, "
+                f"columns={self.schema.column_names}{', transformed' if self._transforms else ''})")
+
+    # --- reading ----------------------------------------------------------------------------
+    def partition_sizes(self) -> list[int] | None:
+        """Rows per partition when known without reading data (file or frame sources)."""
+        return self._source.partition_sizes() if self._preserves_rows() else None
+
+    def read_partition(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        """Partition ``index`` as a DataFrame (pandas, or cuDF on the GPU), transforms applied."""
+        read_columns = self._transforms[0].input_columns if self._transforms else columns
+        frame = self._source.read_frame(index, read_columns)
+        for transform in self._transforms:
+            frame = transform.function(frame)
+        return frame[list(columns)] if columns is not None and self._transforms else frame
+
+    def read_partition_arrow(self, index: int, columns: Sequence[str] | None = None, memory_pool: Any = None) -> Any:
+        """Partition ``index`` as a pyarrow Table, transforms applied.
+
+        Untransformed parquet is read without pandas, decoded into ``memory_pool`` (a pyarrow
+        ``MemoryPool``; default: pyarrow's). The loader passes a pool that keeps its pages.
+
+        Example:
+            >>> import pandas as pd, pyarrow as pa, tabloader as tl
+            >>> ds = tl.Dataset(pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]}))
+            >>> ds.read_partition_arrow(0, ["b"], memory_pool=pa.default_memory_pool()).to_pydict()
+            {'b': [0.5, 1.5]}
+        """
+        import pyarrow as pa
+
+        if not self._transforms:
+            return self._source.read_arrow(index, columns, memory_pool)
+        frame = backend.to_host(self.read_partition(index, columns))
+        return pa.Table.from_pandas(frame, preserve_index=False)
+
+    def describe_partition(self, index: int) -> str:
+        """What partition ``index`` is read from (its files, or its rows), for messages."""
+        return self._source.describe(index)
+
+    def to_iter(self, columns: Sequence[str] | None = None) -> Iterator[Any]:
+        """Yield one partition at a time (memory is bounded by the partition size)."""
+        for i in range(self.npartitions):
+            yield self.read_partition(i, columns)
+
+    def compute(self) -> Any:
+        """All rows as one DataFrame (only for data that fits in memory)."""
+        return backend.concat(list(self.to_iter()), ignore_index=True)
+
+    def head(self, n: int = 5) -> Any:
+        return self.read_partition(0).head(n)
+
+    def meta(self) -> Any:
+        """An empty DataFrame with the columns and dtypes this dataset yields."""
+        empty = self._source.meta()
+        if self._transforms and self._transforms[0].input_columns is not None:
+            empty = empty[list(self._transforms[0].input_columns)]
+        for transform in self._transforms:
+            empty = transform.function(empty)
+        return empty
+
+    def to_ddf(self, columns: Sequence[str] | None = None) -> Any:
+        """A Dask DataFrame over the partitions (transforms applied lazily in each task)."""
+        import dask
+        import dask.dataframe as dd
+
+        ddf = self._source.dask_frame()
+        if ddf is not None and not self._transforms:
+            return ddf[list(columns)] if columns is not None else ddf
+        meta = self.meta()
+        meta = meta[list(columns)] if columns is not None else meta
+        # The partitions keep the dtypes read_partition gives them (no string[pyarrow] conversion).
+        # from_delayed over to_delayed: the reader (and a workflow in it) is one shared key, so a
+        # worker builds its lookup tables once, not once per partition.
+        with dask.config.set({"dataframe.convert-string": False}):
+            return dd.from_delayed(self.to_delayed(columns), meta=meta, verify_meta=False)
+
+    def to_delayed(self, columns: Sequence[str] | None = None) -> list[Any]:
+        """One Dask delayed object per partition."""
+        from tabloader.scheduler import shared_calls
+
+        return shared_calls(_PartitionReader(self, columns), [(i,) for i in range(self.npartitions)], "read")
+
+    def _map_partitions_compute(self, function: Callable[[Any], Any], desc: str, progress: bool = False) -> list:
+        import dask
+
+        from tabloader.scheduler import compute_tasks
+
+        tasks = [dask.delayed(function)(part) for part in self.to_delayed()]
+        return compute_tasks(tasks, desc, progress=progress)
+
+    # --- transforms -------------------------------------------------------------------------
+    def with_transform(self, function: Callable[[Any], Any], schema: Schema,
+                       input_columns: Sequence[str] | None = None, preserves_rows: bool = True) -> "Dataset":
+        """A new Dataset that applies ``function`` to each partition as it is read.
+
+        ``schema`` is the schema of the transformed rows; ``input_columns`` the columns the
+        function reads (the reader loads only those).
+        """
+        new = object.__new__(Dataset)
+        new.__dict__.update(self.__dict__)
+        if self._transforms and input_columns is not None:
+            input_columns = None  # the first transform decides which columns are read
+        new._transforms = self._transforms + (PartitionTransform(
+            function, tuple(input_columns) if input_columns is not None else None, preserves_rows),)
+        new._schema = schema
+        return new
+
+    @property
+    def is_transformed(self) -> bool:
+        return bool(self._transforms)
+
+    # --- writing ----------------------------------------------------------------------------
+    def to_parquet(self, path: str, output_files: int | None = None, shuffle: bool = False,
+                   row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
+                   progress: bool = True, compression: str = "snappy") -> str:
+        """Write the rows as parquet files plus ``_schema.json``, atomically.
+
+        The directory is assembled under a temporary name and renamed when every file is
+        complete, so a failure never leaves a directory that looks complete.
+
+        Args:
+            path: output directory (local or fsspec URL).
+            output_files: number of files (default: one per partition, at most that many).
+            shuffle: shuffle rows within each partition and the order of partitions.
+            row_group_size: rows per parquet row group (default: pyarrow's).
+            overwrite: replace an existing directory (only after the new one is complete).
+            seed: seed of the shuffle.
+            progress: show a progress bar.
+
+        Example:
+            >>> import pandas as pd, tabloader as tl, tempfile, os
+            >>> out = os.path.join(tempfile.mkdtemp(), "out")
+            >>> _ = tl.Dataset(pd.DataFrame({"a": range(5)})).to_parquet(out, progress=False)
+            >>> tl.Dataset(out).num_rows
+            5
+        """
+        from tabloader.dataset.writing import write_parquet
+
+        return write_parquet(self, path, output_files, shuffle, row_group_size, overwrite, seed, progress, compression)
+
+
+class _PartitionReader:
+    """A picklable callable reading one partition (for Dask tasks)."""
+
+    def __init__(self, dataset: Dataset, columns: Sequence[str] | None) -> None:
+        self.dataset, self.columns = dataset, columns
+
+    def __call__(self, index: int) -> Any:
+        return self.dataset.read_partition(index, self.columns)
+
+
+def _open_source(source: Any, engine: str | None, part_size: int, device: str, columns: Sequence[str] | None,
+                 read_kwargs: dict) -> Source:
+    """The :class:`Source` for what the user gave: the one place the kinds of data are told apart."""
+    if _is_dask_frame(source):
+        return DaskSource(select(source, columns, "the Dask DataFrame"), device)
+    if isinstance(source, pd.DataFrame) or backend.is_gpu_object(source):
+        return FrameSource(select(source, columns, "the DataFrame"), part_size, device)
+    files = FileSet.find(source)
+    if (engine or files.infer_engine()) == "csv":
+        return CsvSource(files, part_size, device, columns, read_kwargs)
+    return ParquetSource(files, part_size, device, columns)
+
+
+def _dataset_device(device: str | None) -> str:
+    if device is None:
+        return "cuda" if backend.cudf_available() else "cpu"
+    resolved = backend.resolve_device(device)
+    if resolved == "cuda":
+        backend.cudf()  # datasets on the GPU are cuDF frames: fail early with the install hint
+    return resolved
+
+
+def _is_dask_frame(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] in ("dask", "dask_expr", "dask_cudf") and hasattr(obj, "npartitions")

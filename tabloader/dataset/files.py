@@ -1,0 +1,136 @@
+"""Finding a dataset's files, and checking that they agree, for the sources of files.
+
+Paths, directories and globs (local or any fsspec URL) expand into a :class:`FileSet`: the data
+files in order, their file system, the folder a saved schema is looked for in, and for each
+file the folder it was found under (its ``key=value`` subfolders below that folder are hive
+partitions). Names starting with ``_`` or ``.`` are not data (``_schema.json``, ``_SUCCESS``,
+temporaries).
+
+Example:
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> for name in ["b.parquet", "a.parquet", "_schema.json"]:
+    ...     open(os.path.join(d, name), "w").close()
+    >>> files = FileSet.find(d)
+    >>> [os.path.basename(p) for p in files.paths], files.infer_engine()
+    (['a.parquet', 'b.parquet'], 'parquet')
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import re
+from typing import Any, Callable, Sequence
+
+from tabloader.dataset.source import SchemaMismatchError
+from tabloader.filesystems import filesystem, join
+from tabloader.schema import SCHEMA_FILE_NAME, Schema
+
+ENGINES = ("parquet", "csv")
+_EXTENSIONS = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv"}
+_MAX_THREADS = 16  # footers and headers are read on threads: mostly waiting on I/O
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSet:
+    """The files of a dataset, as :meth:`find` found them.
+
+    ``paths`` are spelled as ``fs`` spells them and ``urls`` as readers taking URLs want them;
+    ``directory`` is where a saved schema is looked for; ``bases[i]`` is the folder
+    ``paths[i]`` was found under.
+    """
+
+    paths: list[str]
+    fs: Any
+    directory: str
+    bases: list[str]
+    urls: list[str]
+
+    @classmethod
+    def find(cls, source: Any) -> "FileSet":
+        """Expand a path, directory or glob, or a list of them, into a FileSet (the files of
+        each directory or glob sorted, the list's order kept)."""
+        if isinstance(source, (str, os.PathLike)):
+            source = [source]
+        if not isinstance(source, (list, tuple)) or not source:
+            raise TypeError(f"Dataset source must be a path, a list of paths or a DataFrame, got {type(source).__name__}")
+        paths: list[str] = []
+        bases: list[str] = []
+        fs, directory = None, None
+        for item in map(str, source):
+            fs, path = filesystem(item)
+            found, base, folder = _expand(fs, path, item)
+            paths += found
+            bases += [base] * len(found)
+            directory = directory or folder
+        # Readers taking URLs (Dask's read_csv) need the protocol back when one was given.
+        urls = [fs.unstrip_protocol(p) for p in paths] if "://" in str(source) else paths
+        return cls(paths, fs, directory, bases, urls)
+
+    def infer_engine(self) -> str:
+        """``"parquet"`` or ``"csv"`` from the files' extensions (parquet when they say neither)."""
+        engines = {_EXTENSIONS.get(os.path.splitext(p.removesuffix(".gz"))[1].lower()) for p in self.paths}
+        engines.discard(None)
+        if len(engines) > 1:
+            raise ValueError(f"the files mix parquet and CSV ({self.paths[0]} ...); pass engine= and one kind of file")
+        return engines.pop() if engines else "parquet"
+
+    def saved_schema(self) -> Schema | None:
+        """The schema saved beside the data (``_schema.json`` in :attr:`directory`), if any."""
+        path = join(self.directory, SCHEMA_FILE_NAME)
+        return Schema.load(path, fs=self.fs) if self.fs.exists(path) else None
+
+
+def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str]:
+    """The data files ``path`` names (a glob, a directory or a file), the folder they were
+    found under (hive keys are below it) and the folder of the data (its saved schema)."""
+    if any(ch in path for ch in "*?["):
+        matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p))
+        if not matched:
+            raise FileNotFoundError(f"no files match {item!r}")
+        return matched, re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0], matched[0].rsplit("/", 1)[0]
+    if fs.isdir(path):
+        found = sorted(p for p in fs.find(path) if _is_data_file(p) and not _in_hidden_dir(p, path))
+        if not found:
+            raise FileNotFoundError(f"directory {item!r} has no data files")
+        return found, path.rstrip("/"), path
+    if fs.exists(path):
+        folder = path.rsplit("/", 1)[0]
+        return [path], folder, folder
+    raise FileNotFoundError(f"no such file or directory: {item!r}")
+
+
+def _is_data_file(path: str) -> bool:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return not name.startswith(("_", "."))
+
+
+def _in_hidden_dir(path: str, root: str) -> bool:
+    rel = path[len(root.rstrip("/")) + 1:]
+    return any(part.startswith((".", "_")) for part in rel.split("/")[:-1])
+
+
+def for_each_file(read: Callable[[str], Any], paths: Sequence[str]) -> list:
+    """``read(path)`` for every path, on threads (footers and headers: mostly waiting on I/O)."""
+    if len(paths) == 1:
+        return [read(paths[0])]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_THREADS, len(paths))) as pool:
+        return list(pool.map(read, paths))
+
+
+def check_same_schema(paths: Sequence[str], schemas: Sequence[dict[str, Any]]) -> None:
+    """Every file must have the columns and types (name -> type; None when unknown) of the
+    first, in any order; the error names both files."""
+    reference = schemas[0]
+    for path, fields in zip(paths[1:], schemas[1:]):
+        missing = [c for c in reference if c not in fields]
+        extra = [c for c in fields if c not in reference]
+        changed = [f"{c} ({reference[c]} vs {fields[c]})" for c in reference if c in fields and reference[c] != fields[c]]
+        if missing or extra or changed:
+            details = "; ".join(filter(None, [
+                f"missing columns {missing}" if missing else "",
+                f"extra columns {extra}" if extra else "",
+                f"different types: {', '.join(changed)}" if changed else ""]))
+            raise SchemaMismatchError(f"{path} does not match {paths[0]}: {details}")

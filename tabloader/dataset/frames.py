@@ -1,0 +1,99 @@
+"""Sources of data already in a DataFrame: in memory (pandas or cuDF) or a Dask collection.
+
+Example:
+    >>> import dask.dataframe as dd, pandas as pd
+    >>> source = DaskSource(dd.from_pandas(pd.DataFrame({"a": range(6)}), npartitions=3))
+    >>> source.npartitions, source.partition_sizes(), source.read_frame(2)["a"].tolist()
+    (3, None, [4, 5])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.dataset.source import Source
+
+
+class FrameSource(Source):
+    """A pandas or cuDF DataFrame cut into consecutive row ranges of about ``part_size`` bytes
+    in memory (its index is dropped: rows are numbered from 0)."""
+
+    def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
+        super().__init__(device)
+        if device == "cuda" and not backend.is_gpu_object(frame):
+            frame = backend.to_device(frame, "cuda")
+        self.frame = frame.reset_index(drop=True)
+        n = len(frame)
+        nbytes = int(frame.memory_usage(deep=True, index=False).sum()) if n else 0
+        parts = max(1, min(n, math.ceil(nbytes / part_size)))
+        bounds = np.linspace(0, n, parts + 1).astype(int)
+        self.row_ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    @property
+    def npartitions(self) -> int:
+        return len(self.row_ranges)
+
+    def partition_sizes(self) -> list[int]:
+        return [stop - start for start, stop in self.row_ranges]
+
+    @property
+    def arrow_schema(self) -> Any:
+        return backend.frame_arrow_schema(self.frame)
+
+    def meta(self) -> Any:
+        return self.frame.iloc[:0]
+
+    def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        start, stop = self.row_ranges[index]
+        part = self.frame.iloc[start:stop]
+        return part[list(columns)] if columns is not None else part
+
+    def describe(self, index: int | None = None) -> str:
+        if index is None:
+            return "the DataFrame"
+        start, stop = self.row_ranges[index]
+        return f"rows [{start}, {stop}) of the DataFrame"
+
+    @property
+    def summary(self) -> str:
+        return "a DataFrame"
+
+
+class DaskSource(Source):
+    """A Dask DataFrame, partition by partition (each computed on its own, on the calling
+    thread). Its partitions' sizes are known only by reading them."""
+
+    def __init__(self, ddf: Any, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.ddf = ddf
+
+    @property
+    def npartitions(self) -> int:
+        return self.ddf.npartitions
+
+    @property
+    def arrow_schema(self) -> Any:
+        return backend.frame_arrow_schema(self.ddf)
+
+    def meta(self) -> Any:
+        return self.ddf._meta
+
+    def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        part = self.ddf.get_partition(index)
+        part = part[list(columns)] if columns is not None else part
+        frame = part.compute(scheduler="sync")
+        return backend.to_device(frame, "cuda") if self.device == "cuda" and not backend.is_gpu_object(frame) else frame
+
+    def describe(self, index: int | None = None) -> str:
+        return "the Dask DataFrame" if index is None else f"partition {index} of the Dask DataFrame"
+
+    @property
+    def summary(self) -> str:
+        return "a Dask DataFrame"
+
+    def dask_frame(self) -> Any:
+        return self.ddf

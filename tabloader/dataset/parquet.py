@@ -1,0 +1,204 @@
+"""The source of parquet files: whole row groups, grouped across files into partitions of about
+``part_size`` bytes once decoded, read by pyarrow on the CPU and cuDF on the GPU.
+
+Example:
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> from tabloader.dataset.files import FileSet
+    >>> d = tempfile.mkdtemp()
+    >>> pq.write_table(pa.table({"id": [1, None, 3, 4]}), os.path.join(d, "a.parquet"), row_group_size=2)
+    >>> source = ParquetSource(FileSet.find(d), part_size=16)
+    >>> source.partition_sizes(), str(source.meta().dtypes["id"]), source.read_arrow(1).column("id").to_pylist()
+    ([2, 2], 'Int64', [3, 4])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from tabloader import backend
+from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
+from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_widths, hive_keys,
+                                              in_memory_bytes, key_columns, read_footer)
+from tabloader.dataset.source import Source, checked_columns, error_message
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Some row groups of one parquet file (all of them when ``row_groups`` is None).
+
+    ``partition`` holds the file's hive partition keys, ``(name, value)`` pairs parsed from
+    its ``name=value`` folders: every row of the piece has these values.
+    """
+
+    path: str
+    row_groups: tuple[int, ...] | None
+    num_rows: int
+    nbytes: int
+    partition: tuple[tuple[str, Any], ...] = ()
+
+
+class ParquetSource(Source):
+    """Parquet files, read as their writer (pyarrow, Spark, DuckDB, polars, pandas) left them.
+
+    Integer and boolean columns that may hold nulls (the files' statistics say so, or say
+    nothing) are pandas nullable dtypes (``Int64``, ``boolean``...) in every partition, the
+    others numpy; ``key=value`` folders (hive partitioning) become columns; files may order
+    their columns differently (the first file's order is used); dictionary-encoded columns are
+    read as their values. Files disagreeing on their columns or types are refused with a
+    :class:`~tabloader.dataset.SchemaMismatchError` naming both. All of it is decided here,
+    from the folders and footers, before any data is read.
+
+    Args:
+        files: the parquet files.
+        part_size: target decoded bytes of a partition (whole row groups, across files).
+        device: ``"cpu"`` (pandas frames) or ``"cuda"`` (cuDF frames) for :meth:`read_frame`.
+        columns: read only these columns, in this order (by default every column).
+    """
+
+    engine = "parquet"
+
+    def __init__(self, files: FileSet, part_size: int, device: str = "cpu",
+                 columns: Sequence[str] | None = None) -> None:
+        import pyarrow as pa
+
+        super().__init__(device)
+        self.files = files
+        footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
+        key_types, keys = hive_keys(files.paths, files.bases)
+        fields = [file_fields(f.schema.to_arrow_schema(), path, key_types) for f, path in zip(footers, files.paths)]
+        check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}
+                                        for found, pairs in zip(fields, keys)])
+        names = checked_columns([*fields[0], *key_types], columns, files.paths[0])
+        self._arrow_schema = pa.schema([pa.field(n, fields[0][n] if n in fields[0] else key_types[n]) for n in names])
+        self.partition_keys = tuple(n for n in names if n in key_types)
+        self.nullable = columns_that_may_hold_nulls(footers, self._arrow_schema, keys)
+        widths = fixed_widths(self._arrow_schema)
+        pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs)
+                  for path, f, pairs in zip(files.paths, footers, keys) for i in range(f.num_row_groups)]
+        self.partitions = _group_pieces(pieces, part_size)
+
+    @property
+    def npartitions(self) -> int:
+        return len(self.partitions)
+
+    def partition_sizes(self) -> list[int]:
+        return [sum(p.num_rows for p in part) for part in self.partitions]
+
+    @property
+    def arrow_schema(self) -> Any:
+        return self._arrow_schema
+
+    def meta(self) -> Any:
+        return backend.from_arrow(self._arrow_schema.empty_table(), self.device, self.nullable)
+
+    def read_arrow(self, index: int, columns: Sequence[str] | None = None, memory_pool: Any = None) -> Any:
+        """Partition ``index`` as a pyarrow Table laid out as the dataset yields it (its column
+        order, hive keys added, dictionary-encoded columns decoded), decoded into
+        ``memory_pool`` (default: pyarrow's)."""
+        import pyarrow as pa
+
+        target = self.target_schema(columns)
+        tables = [self._read_piece(piece, target, memory_pool) for piece in _merge_pieces(self.partitions[index])]
+        if not tables:  # a dataset without row groups
+            return target.empty_table()
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables, memory_pool=memory_pool)
+
+    def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        if self.device != "cuda":
+            return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable)
+        target = self.target_schema(columns)
+        frames = [self._read_piece_frame(piece, target) for piece in _merge_pieces(self.partitions[index])]
+        if not frames:
+            return backend.from_arrow(target.empty_table(), self.device)
+        return frames[0] if len(frames) == 1 else backend.concat(frames, ignore_index=True)
+
+    def describe(self, index: int | None = None) -> str:
+        if index is None:
+            return self.files.paths[0]
+        return ", ".join(sorted({p.path for p in self.partitions[index]})) or "no row groups"
+
+    @property
+    def summary(self) -> str:
+        return f"{len(self.files.paths)} parquet file(s)"
+
+    def target_schema(self, columns: Sequence[str] | None) -> Any:
+        """The arrow schema of ``columns`` (default: all) as this source yields them."""
+        import pyarrow as pa
+
+        if columns is None:
+            return self._arrow_schema
+        names = checked_columns(self._arrow_schema.names, columns, "the dataset")
+        return pa.schema([self._arrow_schema.field(c) for c in names])
+
+    def _file_columns(self, target: Any) -> list[str]:
+        """The columns of ``target`` to read from the files (partition keys are not in them)."""
+        return [n for n in target.names if n not in self.partition_keys]
+
+    def _read_piece(self, piece: Piece, target: Any, memory_pool: Any) -> Any:
+        try:
+            table = backend.read_parquet_arrow(piece.path, self._file_columns(target), piece.row_groups,
+                                               filesystem=self.files.fs, memory_pool=memory_pool)
+            return _conform(table, piece, target)
+        except Exception as exc:
+            raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
+
+    def _read_piece_frame(self, piece: Piece, target: Any) -> Any:
+        try:
+            frame = backend.read_parquet(piece.path, self._file_columns(target), piece.row_groups, device=self.device)
+        except Exception as exc:
+            raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
+        keys = key_columns(piece.partition, target, len(frame))
+        if keys.num_columns:
+            key_frame = backend.from_arrow(keys, self.device)
+            for name in keys.column_names:
+                frame[name] = key_frame[name]
+            frame = frame[target.names]
+        return frame
+
+
+def _conform(table: Any, piece: Piece, target: Any) -> Any:
+    """A table read from ``piece`` as the dataset yields it: the columns of ``target`` in its
+    order, whatever the file's order, with the partition keys added and dictionary-encoded
+    columns decoded."""
+    import pyarrow as pa
+
+    keys = key_columns(piece.partition, target, table.num_rows)
+    key_names = set(keys.column_names)  # column_names builds a new list at every call
+    arrays = [keys.column(f.name) if f.name in key_names else table.column(f.name) for f in target]
+    return pa.Table.from_arrays([a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, target)],
+                                schema=target)
+
+
+def _naming(exc: Exception, where: str) -> Exception:
+    """``exc`` with ``where`` in front of its message, of the same type (raise it ``from exc``)."""
+    return type(exc)(f"{where}: {error_message(exc)}")
+
+
+def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
+    """Consecutive row groups of one file as one piece (one open and footer parse per file)."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        last = merged[-1] if merged else None
+        if last is not None and last.path == piece.path and last.row_groups is not None and piece.row_groups is not None:
+            merged[-1] = dataclasses.replace(last, row_groups=last.row_groups + piece.row_groups,
+                                             num_rows=last.num_rows + piece.num_rows, nbytes=last.nbytes + piece.nbytes)
+        else:
+            merged.append(piece)
+    return merged
+
+
+def _group_pieces(pieces: Sequence[Piece], part_size: int) -> list[list[Piece]]:
+    """Consecutive row groups, across files, up to ``part_size`` bytes per partition."""
+    partitions: list[list[Piece]] = []
+    current: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if current and size + piece.nbytes > part_size:
+            partitions.append(current)
+            current, size = [], 0
+        current.append(piece)
+        size += piece.nbytes
+    if current:
+        partitions.append(current)
+    return partitions or [[]]

@@ -1,0 +1,139 @@
+"""Writing a dataset as parquet files plus ``_schema.json``, atomically.
+
+The directory is assembled under a temporary name and renamed when every file is complete
+(:func:`tabloader.atomic_files.atomic_directory`); each output file is written by one Dask task
+streaming its group of partitions, one partition in memory at a time.
+
+Example:
+    >>> import os, tempfile, pandas as pd, pyarrow.parquet as pq, tabloader as tl
+    >>> out = os.path.join(tempfile.mkdtemp(), "out")
+    >>> _ = write_parquet(tl.Dataset(pd.DataFrame({"a": range(5)}), part_size=16), out, progress=False)
+    >>> sorted(os.listdir(out)), pq.read_table(out).num_rows
+    (['_schema.json', 'part_00000.parquet', 'part_00001.parquet', 'part_00002.parquet'], 5)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.atomic_files import atomic_directory
+from tabloader.filesystems import filesystem, is_local, join
+from tabloader.schema import SCHEMA_FILE_NAME, Schema
+
+if TYPE_CHECKING:
+    from tabloader.dataset.core import Dataset
+
+
+def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None, shuffle: bool = False,
+                  row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
+                  progress: bool = True, compression: str = "snappy") -> str:
+    """Write the rows of ``dataset`` under directory ``path``: see :meth:`Dataset.to_parquet`."""
+    from tabloader.scheduler import compute_tasks, shared_calls
+
+    n_files = min(dataset.npartitions if output_files is None else output_files, dataset.npartitions)
+    if n_files < 1:
+        raise ValueError(f"output_files must be >= 1, got {output_files}")
+    order = np.arange(dataset.npartitions)
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(order)
+    groups = [g.tolist() for g in np.array_split(order, n_files)]
+    arrow_schema = output_arrow_schema(dataset.meta(), dataset.schema)
+    with atomic_directory(path, overwrite=overwrite) as tmp:
+        writer = _FileWriter(dataset, arrow_schema, row_group_size, compression, shuffle, seed)
+        tasks = shared_calls(writer, [(group, join(tmp, f"part_{i:05d}.parquet")) for i, group in enumerate(groups)],
+                             "write")
+        compute_tasks(tasks, f"writing {path}", progress=progress)
+        dataset.schema.save(join(tmp, SCHEMA_FILE_NAME))
+    return path
+
+
+class _FileWriter:
+    """Streams a group of partitions into one parquet file (one partition in memory at a time)."""
+
+    def __init__(self, dataset: "Dataset", arrow_schema: Any, row_group_size: int | None, compression: str,
+                 shuffle: bool, seed: int | None) -> None:
+        self.dataset, self.arrow_schema = dataset, arrow_schema
+        self.row_group_size, self.compression = row_group_size, compression
+        self.shuffle, self.seed = shuffle, seed
+
+    def __call__(self, partitions: list[int], path: str) -> int:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fs, fs_path = filesystem(path)
+        rows = 0
+        # Local files are written by pyarrow's native writer (no Python file object, no GIL). The
+        # file is opened here, not by the writer: a writer whose close fails (a full disk) leaves
+        # its own file open until garbage collection, holding the space of the deleted temporary.
+        sink = pa.OSFile(fs_path, "wb") if is_local(fs) else fs.open(fs_path, "wb")
+        with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
+            for index in partitions:
+                frame = backend.to_host(self.dataset.read_partition(index))
+                if self.shuffle:
+                    rng = np.random.default_rng(None if self.seed is None else [self.seed, index])
+                    frame = frame.take(rng.permutation(len(frame)))
+                table = pa.Table.from_pandas(frame, preserve_index=False)
+                w.write_table(_cast_to(table, self.arrow_schema, path), row_group_size=self.row_group_size)
+                rows += len(frame)
+        return rows
+
+
+def _cast_to(table: Any, schema: Any, path: str) -> Any:
+    table = table.select(schema.names)
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except Exception as exc:
+        raise TypeError(f"{path}: a partition does not match the output schema: {exc}") from exc
+
+
+def output_arrow_schema(meta: Any, schema: Schema) -> Any:
+    """The arrow schema of the files written for rows like ``meta`` (an empty frame) whose
+    :class:`~tabloader.schema.Schema` is ``schema``, with pandas' metadata when it restores
+    dtypes (``Int64``, ``boolean``...) on read."""
+    import pyarrow as pa
+
+    if backend.is_gpu_object(meta):
+        return meta.to_arrow().schema.remove_metadata()
+    arrow_schema = pa.Schema.from_pandas(meta, preserve_index=False)
+    # Columns of an empty frame with object dtype (Python lists, strings) have no element type:
+    # take it from the dataset's schema, else call them strings.
+    fields = [pa.field(f.name, _arrow_type_for(schema[f.name] if f.name in schema else None))
+              if pa.types.is_null(f.type) else f for f in arrow_schema]
+    return pa.schema(fields, metadata=_portable_pandas_metadata(arrow_schema))
+
+
+def _portable_pandas_metadata(arrow_schema: Any) -> dict | None:
+    """pandas' metadata (it restores ``Int64``, ``boolean``... on read) that pandas can read back.
+
+    pandas records an arrow-backed list column as ``list<item: int64>[pyarrow]``, which its own
+    ``read_parquet`` then fails to parse; such columns are recorded as ``object`` instead (the
+    arrow type in the file says the rest).
+    """
+    import pyarrow as pa
+
+    meta = arrow_schema.pandas_metadata
+    if meta is None:
+        return None
+    nested = {f.name for f in arrow_schema if pa.types.is_nested(f.type) or pa.types.is_null(f.type)}
+    for col in meta.get("columns", []):
+        if col.get("field_name", col.get("name")) in nested:
+            col["pandas_type"], col["numpy_type"], col["metadata"] = "object", "object", None
+    return {b"pandas": json.dumps(meta).encode()}
+
+
+def _arrow_type_for(column: Any) -> Any:
+    import pyarrow as pa
+
+    value_type = pa.string()
+    if column is not None and column.dtype not in (None, "string", "object", "str"):
+        try:
+            value_type = pa.from_numpy_dtype(np.dtype(column.dtype))
+        except (TypeError, ValueError, NotImplementedError, pa.ArrowException):
+            pass
+    return pa.list_(value_type) if column is not None and column.is_list else value_type
