@@ -7,7 +7,7 @@ Encoding contract (see ``DESIGN.md``):
 * ``[2, 2 + num_buckets)``: out-of-vocabulary values (count below ``freq_threshold``, beyond
   ``max_size``, or unseen at fit). With ``num_buckets == 1`` every such value is ``2``; with
   more, a value goes to ``2 + hash(value) % num_buckets`` with the hashes of
-  :mod:`tabloader.ops.hashing` (identical on CPU and GPU);
+  :mod:`tabloader.encoding.cpu.hashing` (identical on CPU and GPU);
 * ``2 + num_buckets + i``: the ``i``-th vocabulary value, the vocabulary being sorted by
   descending count, ties by ascending value (numbers numerically -- integers by their true
   value whatever their width and signedness, so uint64 values >= 2**63 come after small ones
@@ -15,9 +15,6 @@ Encoding contract (see ``DESIGN.md``):
 
 Lookups match by value: an integer the vocabulary's type cannot hold (a negative id against
 a uint64 vocabulary, a non-integral float) is unseen and goes to OOV.
-
-The module also holds the key machinery (:class:`ValueLookup`, :func:`factorize_rows`) that
-:mod:`~tabloader.ops.groupby` and :mod:`~tabloader.ops.target_encoding` share.
 
 Example:
     >>> import pandas as pd, tabloader as tl
@@ -29,161 +26,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from tabloader import backend
+from tabloader.encoding.contract import NULL_ID, OOV_START, check_id_range, integer_dtype
+from tabloader.encoding.cpu import (NormalizedColumn, ValueLookup, as_pandas, count_values, cross_hash, hash_values,
+                                    keys_to_pandas, map_column, merge_counts, normalize_column, null_mask)
+from tabloader.encoding.lists import as_list_column, holds_lists
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
-from tabloader.ops.hashing import (NormalizedColumn, _categorical_schema, check_id_range, common_int_dtype, cross_hash,
-                                   exact_ints, hash_values, integer_dtype, map_column, new_frame, normalize_column,
-                                   param_for)
-from tabloader.ops.lists import as_list_column, holds_lists
+from tabloader.ops.hashing import categorical_schema, param_for
 from tabloader.schema import ColumnSchema, Schema, Tags
 
-NULL_ID = 1
-OOV_START = 2
 ENCODE_TYPES = ("joint", "combo")
 
 
-# --- key machinery shared by the categorical stat operators -------------------------------
-def as_pandas(col: NormalizedColumn) -> Any:
-    """The values of a normalized column as something ``pd.factorize``/``pd.DataFrame`` take."""
-    if col.kind == "str":
-        return pd.Series(col.values.to_pandas(), copy=False)
-    return col.values
-
-
-def _kind_of_dtype(dtype: Any) -> str:
-    from pandas.api import types as pdt
-
-    if pdt.is_integer_dtype(dtype) or pdt.is_bool_dtype(dtype):
-        return "int"
-    if pdt.is_float_dtype(dtype):
-        return "float"
-    if pdt.is_string_dtype(dtype):
-        return "str"
-    return "null"
-
-
-def factorize_rows(arrays: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Group rows by the values of several equal-length arrays (no nulls).
-
-    Returns ``codes`` (the group of each row, groups numbered by first appearance) and
-    ``first`` (the position of each group's first row).
-    """
-    codes = None
-    for arr in arrays:
-        c, uniques = pd.factorize(arr)
-        codes = c.astype(np.int64) if codes is None else pd.factorize(codes * len(uniques) + c)[0]
-    n = len(codes)
-    first = np.full(int(codes.max()) + 1 if n else 0, n, dtype=np.int64)
-    _first_positions(first, codes)
-    return codes, first
-
-
-def _first_positions(first: np.ndarray, codes: np.ndarray) -> None:
-    # Last write wins in fancy assignment, so assign in reverse order to keep the first row.
-    rev = np.arange(len(codes) - 1, -1, -1, dtype=np.int64)
-    first[codes[rev]] = rev
-
-
-class ValueLookup:
-    """Positions of values (or combinations of values) in a fixed list of unique keys.
-
-    ``keys`` are one pandas Series per key column (normalized values: int64, float64 or
-    strings, no nulls, unique rows). :meth:`positions` maps normalized query columns to the
-    row of ``keys`` they equal, or -1. Integers and floats match by value; strings only match
-    strings (a string key queried with numbers raises a TypeError naming the column).
-    Built once per fitted operator and cached; the lookups are vectorized (a hash index for
-    numbers, pyarrow's ``index_in`` for strings).
-    """
-
-    def __init__(self, keys: Sequence[Any], op: Any = None, what: Any = None) -> None:
-        self.op, self.what = op, what
-        self.kinds = [_kind_of_dtype(k.dtype) for k in keys]
-        self.size = len(keys[0]) if keys else 0
-        if len(keys) == 1:
-            self.levels = [self._level(keys[0], self.kinds[0])]
-            self.combined = None
-        else:
-            uniques = [pd.unique(k.to_numpy() if self.kinds[i] != "str" else k) for i, k in enumerate(keys)]
-            self.levels = [self._level(pd.Series(u), kind) for u, kind in zip(uniques, self.kinds)]
-            codes = [self._positions1(level, kind, normalize_column(op, what, k))
-                     for level, kind, k in zip(self.levels, self.kinds, keys)]
-            self.combined = pd.Index(self._combine(codes))
-
-    @staticmethod
-    def _level(values: Any, kind: str) -> Any:
-        import pyarrow as pa
-
-        if kind == "str":
-            return pa.array(values.to_numpy(dtype=object) if len(values) else [], type=pa.string())
-        if kind == "int":  # uint64 stays uint64: its values >= 2**63 are no negative numbers
-            ints = values.to_numpy()
-            return pd.Index(ints if ints.dtype == np.uint64 else ints.astype(np.int64))
-        if kind == "float":
-            return pd.Index(values.to_numpy(dtype=np.float64))
-        return pd.Index(np.zeros(0, np.int64))
-
-    def _combine(self, codes: list[np.ndarray]) -> np.ndarray:
-        out = np.zeros(len(codes[0]), dtype=np.int64)
-        missing = np.zeros(len(codes[0]), dtype=bool)
-        for code, level in zip(codes, self.levels):
-            out = out * max(len(level), 1) + code
-            missing |= code < 0
-        out[missing] = -1
-        return out
-
-    def _positions1(self, level: Any, kind: str, col: NormalizedColumn) -> np.ndarray:
-        import pyarrow.compute as pc
-
-        n = len(col)
-        if len(level) == 0 or col.kind == "null":
-            return np.full(n, -1, dtype=np.int64)
-        if kind == "str" or col.kind == "str":
-            if kind != col.kind:
-                raise TypeError(f"{getattr(self.op, 'label', self.op)}: column {self.what!r} was fit on "
-                                f"{'strings' if kind == 'str' else 'numbers'} but now holds "
-                                f"{'strings' if col.kind == 'str' else 'numbers'}")
-            pos = pc.index_in(col.values, value_set=level)
-            return pos.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        values = col.values
-        if kind == "int":  # match by value: a query the level's dtype cannot hold is unseen
-            values, fits = exact_ints(values, level.dtype)
-            pos = level.get_indexer(values).astype(np.int64, copy=False)
-            return pos if fits is None else np.where(fits, pos, -1)
-        if col.kind == "int":
-            values = values.astype(np.float64)
-        return level.get_indexer(values).astype(np.int64, copy=False)
-
-    def positions(self, cols: Sequence[NormalizedColumn]) -> np.ndarray:
-        """Row of ``keys`` equal to each query row (-1 where none; null rows give -1 too)."""
-        if self.combined is None:
-            pos = self._positions1(self.levels[0], self.kinds[0], cols[0])
-        else:
-            codes = [self._positions1(level, kind, col) for level, kind, col in zip(self.levels, self.kinds, cols)]
-            combined = self._combine(codes)
-            pos = np.where(combined >= 0, self.combined.get_indexer(combined), -1)
-        if any(c.mask is not None for c in cols):
-            pos = pos.copy() if not pos.flags.writeable else pos
-            for c in cols:
-                if c.mask is not None:
-                    np.putmask(pos, c.mask, -1)
-        return pos
-
-
-def null_mask(cols: Sequence[NormalizedColumn], how: str = "any") -> np.ndarray | None:
-    masks = [c.mask for c in cols if c.mask is not None]
-    if how == "all" and len(masks) < len(cols):
-        return None
-    if not masks:
-        return None
-    return np.logical_or.reduce(masks) if how == "any" else np.logical_and.reduce(masks)
-
-
-# --- Categorify ----------------------------------------------------------------------------
 class Categorify(CachedLookups, StatOperator):
     """Encode categorical columns as integer ids, most frequent values first.
 
@@ -384,7 +243,7 @@ class Categorify(CachedLookups, StatOperator):
         if max_size > 0:
             order = order[:max_size]
         table = table.take(order)
-        out = {c: _arrow_to_pandas(table.column(f"k{i}")) for i, c in enumerate(value_cols)}
+        out = {c: keys_to_pandas(table.column(f"k{i}")) for i, c in enumerate(value_cols)}
         out["count"] = table.column("count").to_numpy()
         return pd.DataFrame(out)
 
@@ -476,7 +335,7 @@ class Categorify(CachedLookups, StatOperator):
                     return self._ids(pos, base, nb, col.mask, lambda rows: hash_values(col.take(rows)))
 
                 out[name] = map_column(self, name, frame[name], encode, is_list=name in list_columns)
-        return new_frame(frame, out)
+        return backend.frame_from_columns(out, frame.index, like=frame)
 
     def _ids(self, pos: np.ndarray, base: int, nb: int, mask: np.ndarray | None, hasher: Any) -> np.ndarray:
         # In place on the fresh ``pos`` array: fewer passes and allocations (this is the hot loop).
@@ -508,110 +367,9 @@ class Categorify(CachedLookups, StatOperator):
                                                                                     or 0),
                          "embedding_table": key}
                 if card is not None:
-                    col = _categorical_schema(col, card, self.dtype, **props)
+                    col = categorical_schema(col, card, self.dtype, **props)
                 else:  # before fit: the cardinality is not known yet
                     col = col.without_tags(Tags.CONTINUOUS).with_tags(Tags.CATEGORICAL).with_dtype(self.dtype)
                     col = col.with_properties(**props)
                 out.append(col)
         return Schema(out)
-
-
-def _arrow_to_pandas(arr: Any) -> Any:
-    out = arr.to_pandas()
-    return out.to_numpy() if out.dtype.kind in "iuf" else pd.Series(out, copy=False)
-
-
-def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> dict[str, Any]:
-    """Partial statistics of Categorify: counts of the non-null rows' values (or combinations).
-
-    ``{"keys": [one array per column], "counts": int64 array, "nulls": int, "kinds": [...]}``.
-    One numeric column: keys are sorted unique values (np.unique), so merges are linear.
-    Strings are pyarrow arrays; combinations are grouped with :func:`factorize_rows`.
-    """
-    import pyarrow.compute as pc
-
-    nulls = int(mask.sum()) if mask is not None else 0
-    if mask is not None:
-        cols = [c.filter(~mask) for c in cols]
-    kinds = [c.kind for c in cols]
-    if "null" in kinds or len(cols[0]) == 0:
-        return {"keys": None, "counts": np.zeros(0, np.int64), "nulls": nulls, "kinds": kinds}
-    if len(cols) == 1 and kinds[0] in ("int", "float"):
-        keys, counts = np.unique(cols[0].values, return_counts=True)
-        return {"keys": [keys], "counts": counts.astype(np.int64), "nulls": nulls, "kinds": kinds}
-    if len(cols) == 1:
-        vc = pc.value_counts(cols[0].values)
-        return {"keys": [vc.field("values")], "counts": vc.field("counts").to_numpy(zero_copy_only=False),
-                "nulls": nulls, "kinds": kinds}
-    codes, first = factorize_rows([as_pandas(c) for c in cols])
-    keys = [c.take(first).values for c in cols]
-    return {"keys": keys, "counts": np.bincount(codes, minlength=len(first)).astype(np.int64),
-            "nulls": nulls, "kinds": kinds}
-
-
-def merge_counts(a: Any, b: Any, op: Any, what: Any) -> Any:
-    """Add two partials of :func:`count_values` (associative and commutative)."""
-    import pyarrow as pa
-
-    if a is None or b is None:
-        return a if b is None else b
-    if a["keys"] is None or b["keys"] is None:
-        out = dict(a if b["keys"] is None else b)
-        out["nulls"] = a["nulls"] + b["nulls"]
-        return out
-    keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], op, what)
-    counts = np.concatenate([a["counts"], b["counts"]])
-    if len(kinds) == 1 and kinds[0] != "str":
-        order = np.argsort(keys[0], kind="stable")  # two sorted runs: a linear merge
-        k, c = keys[0][order], counts[order]
-        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
-        merged_keys, merged_counts = [k[starts]], np.add.reduceat(c, starts) if len(k) else c
-    else:
-        codes, first, merged_keys = group_keys(keys)
-        merged_counts = _sum_int(codes, counts, len(first))
-    return {"keys": merged_keys, "counts": merged_counts.astype(np.int64), "nulls": a["nulls"] + b["nulls"],
-            "kinds": kinds}
-
-
-def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: Any, what: Any) -> tuple[list, list]:
-    """Concatenate the key arrays of two partials (numbers: float64 if either is float, else
-    int64 or uint64, see :func:`~tabloader.ops.hashing.common_int_dtype`)."""
-    import pyarrow as pa
-
-    kinds = []
-    for ka, kb in zip(a_kinds, b_kinds):
-        if (ka == "str") != (kb == "str"):
-            raise TypeError(f"{op.label}: column {what!r} holds strings in some partitions and numbers in others")
-        kinds.append("float" if "float" in (ka, kb) else ka)
-    keys = []
-    for i, kind in enumerate(kinds):
-        if kind == "str":
-            keys.append(pa.concat_arrays([pa.array(a_keys[i]).cast(pa.large_string()),
-                                          pa.array(b_keys[i]).cast(pa.large_string())]))
-        else:
-            pair = [np.asarray(a_keys[i]), np.asarray(b_keys[i])]
-            dtype = np.float64 if kind == "float" else common_int_dtype(pair, op, what)
-            keys.append(np.concatenate([k.astype(dtype, copy=False) for k in pair]))
-    return keys, kinds
-
-
-def group_keys(keys: list) -> tuple[np.ndarray, np.ndarray, list]:
-    """Group equal key rows: (group of each row, first row of each group, unique keys)."""
-    import pyarrow as pa
-
-    pandas_keys = [pd.Series(k.to_pandas(), copy=False) if isinstance(k, pa.Array) else k for k in keys]
-    codes, first = factorize_rows(pandas_keys)
-    unique = [k.take(pa.array(first)) if isinstance(k, pa.Array) else k[first] for k in keys]
-    return codes, first, unique
-
-
-def _sum_int(codes: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 group sums (np.bincount would go through float64)."""
-    out = np.zeros(n, dtype=np.int64)
-    if not len(codes):
-        return out
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    out[sorted_codes[starts]] = np.add.reduceat(weights[order].astype(np.int64), starts)
-    return out

@@ -23,11 +23,10 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
+from tabloader.encoding.cpu import (NormalizedColumn, ValueLookup, concat_keys, group_keys, group_rows,
+                                    keys_to_pandas, normalize_column, null_mask, sum_int)
+from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric, group_name
-from tabloader.ops.categorify import (ValueLookup, _arrow_to_pandas, _sum_int, as_pandas, concat_keys,
-                                      factorize_rows, group_keys, null_mask)
-from tabloader.ops.hashing import NormalizedColumn, new_frame, normalize_column
-from tabloader.ops.lists import holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -49,20 +48,6 @@ def normalize_keys(op: Any, group: Sequence[str], frame: Any) -> list[Normalized
             raise TypeError(f"{op.label} cannot group by list column {c!r} (dtype {frame[c].dtype})")
         cols.append(normalize_column(op, c, frame[c]))
     return cols
-
-
-def split_null_rows(cols: list[NormalizedColumn]) -> tuple[np.ndarray | None, np.ndarray, list, np.ndarray]:
-    """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds).
-
-    A row with a null in any key column belongs to the null group, kept apart.
-    """
-    mask = null_mask(cols, "any")
-    valid = cols if mask is None else [c.filter(~mask) for c in cols]
-    if not len(valid[0]) or any(c.kind == "null" for c in valid):
-        return mask, np.zeros(0, np.int64), None, [c.kind for c in cols]
-    codes, first = factorize_rows([as_pandas(c) for c in valid])
-    keys = [c.take(first).values for c in valid]
-    return mask, codes, keys, [c.kind for c in cols]
 
 
 def float_values(frame: Any, name: str) -> np.ndarray:
@@ -168,7 +153,7 @@ class JoinGroupby(CachedLookups, StatOperator):
         partial = {}
         for prefix, group in key_groups(columns):
             cols = normalize_keys(self, group, frame)
-            mask, codes, keys, kinds = split_null_rows(cols)
+            mask, codes, keys, kinds = group_rows(cols)
             rows = None if mask is None else np.flatnonzero(~mask)
             groups = None
             if keys is not None:
@@ -200,7 +185,7 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     def _combine(self, codes: np.ndarray, ngroups: int, a: dict, b: dict) -> dict[str, Any]:
         """Chan's merge of the moment rows of ``a`` then ``b`` grouped by ``codes``."""
-        out: dict[str, Any] = {"count": _sum_int(codes, np.concatenate([a["count"], b["count"]]), ngroups)}
+        out: dict[str, Any] = {"count": sum_int(codes, np.concatenate([a["count"], b["count"]]), ngroups)}
         for c in self.cont_cols:
             m = np.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
@@ -226,8 +211,7 @@ class JoinGroupby(CachedLookups, StatOperator):
                 table = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
                 table = pd.concat([table, self._table(None, 0)], axis=1)
             else:
-                keys = {k: _arrow_to_pandas(v) if not isinstance(v, np.ndarray) else v
-                        for k, v in zip(key_cols, g["keys"])}
+                keys = {k: keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])}
                 table = pd.concat([pd.DataFrame(keys), self._table(g, len(g["count"]))], axis=1)
             stats[prefix] = table
             nulls[prefix] = self._table(part["null"], 1) if part["null"] is not None else self._table(None, 0)
@@ -287,7 +271,7 @@ class JoinGroupby(CachedLookups, StatOperator):
                 if mask is not None:
                     col[mask] = null[generic].iloc[0] if len(null) else fill
                 out[name] = col.astype(np.int64 if is_count else np.float64)
-        return new_frame(frame, out)
+        return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         out = []

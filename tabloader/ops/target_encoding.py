@@ -35,11 +35,9 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
+from tabloader.encoding.cpu import ValueLookup, concat_keys, group_keys, group_rows, keys_to_pandas, null_mask
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
-from tabloader.ops.categorify import ValueLookup, _arrow_to_pandas, concat_keys, group_keys, null_mask
-from tabloader.ops.groupby import (float_values, key_groups, normalize_keys, per_group_state, per_group_stats,
-                                   split_null_rows)
-from tabloader.ops.hashing import new_frame
+from tabloader.ops.groupby import float_values, key_groups, normalize_keys, per_group_state, per_group_stats
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 
@@ -140,7 +138,7 @@ class TargetEncoding(CachedLookups, StatOperator):
         partial: dict[str, Any] = {"__global__": np.array([[np.sum(~np.isnan(y)), np.nansum(y)] for y in ys])}
         for prefix, group in key_groups(columns):
             cols = normalize_keys(self, group, frame)
-            mask, codes, keys, kinds = split_null_rows(cols)
+            mask, codes, keys, kinds = group_rows(cols)
             rows = np.arange(len(frame)) if mask is None else np.flatnonzero(~mask)
             groups = None
             if keys is not None:
@@ -190,7 +188,7 @@ class TargetEncoding(CachedLookups, StatOperator):
                 keys = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
                 sums = np.zeros((0, len(names)))
             else:
-                keys = pd.DataFrame({k: _arrow_to_pandas(v) if not isinstance(v, np.ndarray) else v
+                keys = pd.DataFrame({k: keys_to_pandas(v)
                                      for k, v in zip(key_cols, g["keys"])})
                 sums = g["sums"].reshape(len(keys), -1)
             stats[prefix] = pd.concat([keys, pd.DataFrame(sums, columns=names)], axis=1)
@@ -252,7 +250,7 @@ class TargetEncoding(CachedLookups, StatOperator):
                 with np.errstate(invalid="ignore", divide="ignore"):
                     te = np.where(cnt + p > 0, (tot + p * gm) / (cnt + p), gm)
                 out[f"TE_{prefix}_{t}"] = te.astype(self.out_dtype)
-        return new_frame(frame, out)
+        return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         return Schema(ColumnSchema(name, self.out_dtype, {Tags.CONTINUOUS}) for name in self.output_column_names(columns))

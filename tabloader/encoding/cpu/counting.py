@@ -1,0 +1,140 @@
+"""Value counts of columns (or combinations of columns) and their merge across partitions."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tabloader.encoding.cpu.columns import NormalizedColumn, as_pandas, common_int_dtype, null_mask
+
+
+def factorize_rows(arrays: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Group rows by the values of several equal-length arrays (no nulls).
+
+    Returns ``codes`` (the group of each row, groups numbered by first appearance) and
+    ``first`` (the position of each group's first row).
+    """
+    codes = None
+    for arr in arrays:
+        c, uniques = pd.factorize(arr)
+        codes = c.astype(np.int64) if codes is None else pd.factorize(codes * len(uniques) + c)[0]
+    n = len(codes)
+    first = np.full(int(codes.max()) + 1 if n else 0, n, dtype=np.int64)
+    _first_positions(first, codes)
+    return codes, first
+
+
+def _first_positions(first: np.ndarray, codes: np.ndarray) -> None:
+    # Last write wins in fancy assignment, so assign in reverse order to keep the first row.
+    rev = np.arange(len(codes) - 1, -1, -1, dtype=np.int64)
+    first[codes[rev]] = rev
+
+
+def group_rows(cols: list[NormalizedColumn]) -> tuple[np.ndarray | None, np.ndarray, list, np.ndarray]:
+    """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds).
+
+    A row with a null in any key column belongs to the null group, kept apart.
+    """
+    mask = null_mask(cols, "any")
+    valid = cols if mask is None else [c.filter(~mask) for c in cols]
+    if not len(valid[0]) or any(c.kind == "null" for c in valid):
+        return mask, np.zeros(0, np.int64), None, [c.kind for c in cols]
+    codes, first = factorize_rows([as_pandas(c) for c in valid])
+    keys = [c.take(first).values for c in valid]
+    return mask, codes, keys, [c.kind for c in cols]
+
+
+def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> dict[str, Any]:
+    """Partial statistics of Categorify: counts of the non-null rows' values (or combinations).
+
+    ``{"keys": [one array per column], "counts": int64 array, "nulls": int, "kinds": [...]}``.
+    One numeric column: keys are sorted unique values (np.unique), so merges are linear.
+    Strings are pyarrow arrays; combinations are grouped with :func:`factorize_rows`.
+    """
+    import pyarrow.compute as pc
+
+    nulls = int(mask.sum()) if mask is not None else 0
+    if mask is not None:
+        cols = [c.filter(~mask) for c in cols]
+    kinds = [c.kind for c in cols]
+    if "null" in kinds or len(cols[0]) == 0:
+        return {"keys": None, "counts": np.zeros(0, np.int64), "nulls": nulls, "kinds": kinds}
+    if len(cols) == 1 and kinds[0] in ("int", "float"):
+        keys, counts = np.unique(cols[0].values, return_counts=True)
+        return {"keys": [keys], "counts": counts.astype(np.int64), "nulls": nulls, "kinds": kinds}
+    if len(cols) == 1:
+        vc = pc.value_counts(cols[0].values)
+        return {"keys": [vc.field("values")], "counts": vc.field("counts").to_numpy(zero_copy_only=False),
+                "nulls": nulls, "kinds": kinds}
+    codes, first = factorize_rows([as_pandas(c) for c in cols])
+    keys = [c.take(first).values for c in cols]
+    return {"keys": keys, "counts": np.bincount(codes, minlength=len(first)).astype(np.int64),
+            "nulls": nulls, "kinds": kinds}
+
+
+def merge_counts(a: Any, b: Any, op: Any, what: Any) -> Any:
+    """Add two partials of :func:`count_values` (associative and commutative)."""
+    if a is None or b is None:
+        return a if b is None else b
+    if a["keys"] is None or b["keys"] is None:
+        out = dict(a if b["keys"] is None else b)
+        out["nulls"] = a["nulls"] + b["nulls"]
+        return out
+    keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], op, what)
+    counts = np.concatenate([a["counts"], b["counts"]])
+    if len(kinds) == 1 and kinds[0] != "str":
+        order = np.argsort(keys[0], kind="stable")  # two sorted runs: a linear merge
+        k, c = keys[0][order], counts[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+        merged_keys, merged_counts = [k[starts]], np.add.reduceat(c, starts) if len(k) else c
+    else:
+        codes, first, merged_keys = group_keys(keys)
+        merged_counts = sum_int(codes, counts, len(first))
+    return {"keys": merged_keys, "counts": merged_counts.astype(np.int64), "nulls": a["nulls"] + b["nulls"],
+            "kinds": kinds}
+
+
+def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: Any, what: Any) -> tuple[list, list]:
+    """Concatenate the key arrays of two partials (numbers: float64 if either is float, else
+    int64 or uint64, see :func:`~tabloader.encoding.cpu.columns.common_int_dtype`)."""
+    import pyarrow as pa
+
+    kinds = []
+    for ka, kb in zip(a_kinds, b_kinds):
+        if (ka == "str") != (kb == "str"):
+            raise TypeError(f"{op.label}: column {what!r} holds strings in some partitions and numbers in others")
+        kinds.append("float" if "float" in (ka, kb) else ka)
+    keys = []
+    for i, kind in enumerate(kinds):
+        if kind == "str":
+            keys.append(pa.concat_arrays([pa.array(a_keys[i]).cast(pa.large_string()),
+                                          pa.array(b_keys[i]).cast(pa.large_string())]))
+        else:
+            pair = [np.asarray(a_keys[i]), np.asarray(b_keys[i])]
+            dtype = np.float64 if kind == "float" else common_int_dtype(pair, op, what)
+            keys.append(np.concatenate([k.astype(dtype, copy=False) for k in pair]))
+    return keys, kinds
+
+
+def group_keys(keys: list) -> tuple[np.ndarray, np.ndarray, list]:
+    """Group equal key rows: (group of each row, first row of each group, unique keys)."""
+    import pyarrow as pa
+
+    pandas_keys = [pd.Series(k.to_pandas(), copy=False) if isinstance(k, pa.Array) else k for k in keys]
+    codes, first = factorize_rows(pandas_keys)
+    unique = [k.take(pa.array(first)) if isinstance(k, pa.Array) else k[first] for k in keys]
+    return codes, first, unique
+
+
+def sum_int(codes: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 group sums (np.bincount would go through float64)."""
+    out = np.zeros(n, dtype=np.int64)
+    if not len(codes):
+        return out
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    out[sorted_codes[starts]] = np.add.reduceat(weights[order].astype(np.int64), starts)
+    return out
