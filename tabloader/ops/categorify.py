@@ -32,10 +32,8 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.encoding.contract import NULL_ID, OOV_START, check_id_range, integer_dtype
-from tabloader.encoding.cpu import (NormalizedColumn, ValueLookup, as_pandas, count_values, cross_hash, hash_values,
-                                    keys_to_pandas, map_column, merge_counts, normalize_column, null_mask)
-from tabloader.encoding.lists import as_list_column, holds_lists
+from tabloader.encoding.contract import OOV_START, check_id_range, integer_dtype
+from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
 from tabloader.ops.hashing import categorical_schema, param_for
 from tabloader.schema import ColumnSchema, Schema, Tags
@@ -158,6 +156,7 @@ class Categorify(CachedLookups, StatOperator):
 
     # --- fit -------------------------------------------------------------------------------
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
+        enc = backend.encoding_for(frame)
         stats: dict[str, Any] = {}
         list_columns = []  # remembered so that a partition holding only null lists still gives lists
         for kind, key, inputs, _ in self._plan(columns):
@@ -166,33 +165,33 @@ class Categorify(CachedLookups, StatOperator):
                 stats[key] = None
                 continue
             if kind == "combo":
-                cols = [self._normalize_scalar(c, frame[c]) for c in inputs]
-                stats[key] = count_values(cols, null_mask(cols, "any"))
+                cols = [self._normalize_scalar(enc, c, frame[c]) for c in inputs]
+                stats[key] = enc.count_values(cols, enc.null_mask(cols, "any"))
             else:
                 parts = []
                 for c in inputs:
-                    lists = as_list_column(self, c, frame[c])
-                    series = frame[c] if lists is None else backend.list_flatten(lists)[0]
-                    col = normalize_column(self, c, series)
-                    parts.append(count_values([col], col.mask))
+                    col = enc.normalize_elements(self, c, frame[c])
+                    parts.append(enc.count_values([col], col.mask))
                 merged = parts[0]
                 for p in parts[1:]:
-                    merged = self._merge_counts(merged, p, key)
+                    merged = enc.merge_counts(merged, p, self, key)
                 stats[key] = merged
         return {"counts": stats, "list_columns": list_columns}
 
-    def _normalize_scalar(self, name: str, series: Any) -> NormalizedColumn:
+    def _normalize_scalar(self, enc: Any, name: str, series: Any) -> Any:
         if holds_lists(series):
             raise TypeError(f"{self.label} cannot combine list column {name!r} (dtype {series.dtype}) "
                             "with encode_type='combo'")
-        return normalize_column(self, name, series)
+        return enc.normalize_column(self, name, series)
 
     def merge(self, left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
         counts = {key: self._merge_counts(left["counts"][key], right["counts"][key], key) for key in left["counts"]}
         return {"counts": counts, "list_columns": sorted(set(left["list_columns"]) | set(right["list_columns"]))}
 
     def _merge_counts(self, a: Any, b: Any, key: str) -> Any:
-        return merge_counts(a, b, self, key)
+        if a is None or b is None:  # user-given vocabularies count nothing
+            return a if b is None else b
+        return backend.encoding_for(a["counts"]).merge_counts(a, b, self, key)
 
     def finalize(self, columns: Columns, merged: dict[str, Any]) -> None:
         vocabularies, nulls, cards = {}, {}, {}
@@ -223,28 +222,15 @@ class Categorify(CachedLookups, StatOperator):
         return cols
 
     def _vocab_from_counts(self, kind: str, key: str, inputs: tuple[str, ...], stats: Any) -> pd.DataFrame:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         value_cols = self._value_columns(kind, inputs)
         if stats is None or not len(stats["counts"]):
             return pd.DataFrame({**{c: pd.Series([], dtype=object) for c in value_cols},
                                  "count": pd.Series([], dtype=np.int64)})
-        counts = stats["counts"]
-        keep = np.ones(len(counts), dtype=bool)
-        threshold = int(param_for(self.freq_threshold, key, 0) or 0)
-        if threshold > 1:
-            keep = counts >= threshold
-        table = pa.table({**{f"k{i}": pa.array(k) for i, k in enumerate(stats["keys"])},
-                          "count": pa.array(counts)}).filter(pa.array(keep))
-        order = pc.sort_indices(table, sort_keys=[("count", "descending")] +
-                                [(f"k{i}", "ascending") for i in range(len(stats["keys"]))])
-        max_size = int(param_for(self.max_size, key, 0) or 0)
-        if max_size > 0:
-            order = order[:max_size]
-        table = table.take(order)
-        out = {c: keys_to_pandas(table.column(f"k{i}")) for i, c in enumerate(value_cols)}
-        out["count"] = table.column("count").to_numpy()
+        enc = backend.encoding_for(stats["counts"])
+        keys, counts = enc.vocabulary(stats, int(param_for(self.freq_threshold, key, 0) or 0),
+                                      int(param_for(self.max_size, key, 0) or 0))
+        out = {c: enc.keys_to_pandas(k) for c, k in zip(value_cols, keys)}
+        out["count"] = counts
         return pd.DataFrame(out)
 
     def _vocab_from_user(self, kind: str, key: str, inputs: tuple[str, ...], values: Any) -> pd.DataFrame:
@@ -255,12 +241,13 @@ class Categorify(CachedLookups, StatOperator):
                 pd.DataFrame({c: [] for c in value_cols})
         else:
             frame = pd.DataFrame({"value": pd.Series(rows)})
+        enc = backend.encoding_for(frame)
         normalized = {}
         for c in value_cols:
-            col = normalize_column(self, key, frame[c])
+            col = enc.normalize_column(self, key, frame[c])
             if col.mask is not None:
                 raise ValueError(f"{self.label}: the vocabulary given for {key!r} contains nulls")
-            normalized[c] = as_pandas(col)
+            normalized[c] = enc.as_pandas(col)
         frame = pd.DataFrame(normalized)
         if frame.duplicated().any():
             dup = frame[frame.duplicated()].iloc[0].tolist()
@@ -288,14 +275,14 @@ class Categorify(CachedLookups, StatOperator):
         for kind, key, inputs, _ in self._plan(columns):
             self._vocabulary(kind, key, inputs)
 
-    def _get_lookup(self, kind: str, key: str, inputs: tuple[str, ...]) -> ValueLookup:
+    def _get_lookup(self, enc: Any, kind: str, key: str, inputs: tuple[str, ...]) -> Any:
         cache = self.__dict__.setdefault("_lookup", {})
-        lookup = cache.get(key)
+        lookup = cache.get((enc.__name__, key))
         if lookup is None:
             vocab = self._vocabulary(kind, key, inputs)
             value_cols = self._value_columns(kind, inputs)
-            lookup = ValueLookup([vocab[c] for c in value_cols], self, key)
-            cache[key] = lookup  # two threads building it at once is harmless
+            lookup = enc.ValueLookup([vocab[c] for c in value_cols], self, key)
+            cache[(enc.__name__, key)] = lookup  # two threads building it at once is harmless
         return lookup
 
     def get_state(self) -> dict[str, Any]:
@@ -317,41 +304,24 @@ class Categorify(CachedLookups, StatOperator):
 
     # --- transform -------------------------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:
+        enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for kind, key, inputs, outputs in self._plan(columns):
-            lookup = self._get_lookup(kind, key, inputs)
+            lookup = self._get_lookup(enc, kind, key, inputs)
             nb = self._buckets(key)
-            base = OOV_START + nb
             if kind == "combo":
-                cols = [self._normalize_scalar(c, frame[c]) for c in inputs]
-                pos = lookup.positions(cols)
-                out[outputs[0]] = self._ids(pos, base, nb, null_mask(cols, "any"), lambda rows: cross_hash(
-                    [c.take(rows) for c in cols]))
+                cols = [self._normalize_scalar(enc, c, frame[c]) for c in inputs]
+                out[outputs[0]] = enc.assign_ids(lookup.positions(cols), enc.null_mask(cols, "any"), nb,
+                                                 lambda rows: enc.cross_hash([c.take(rows) for c in cols]), self.dtype)
                 continue
             list_columns = getattr(self, "list_columns_", ())
             for name in inputs:
-                def encode(col: NormalizedColumn) -> np.ndarray:
-                    pos = lookup.positions([col])
-                    return self._ids(pos, base, nb, col.mask, lambda rows: hash_values(col.take(rows)))
+                def encode(col: Any) -> Any:
+                    return enc.assign_ids(lookup.positions([col]), col.mask, nb,
+                                          lambda rows: enc.hash_values(col.take(rows)), self.dtype)
 
-                out[name] = map_column(self, name, frame[name], encode, is_list=name in list_columns)
+                out[name] = enc.map_column(self, name, frame[name], encode, is_list=name in list_columns)
         return backend.frame_from_columns(out, frame.index, like=frame)
-
-    def _ids(self, pos: np.ndarray, base: int, nb: int, mask: np.ndarray | None, hasher: Any) -> np.ndarray:
-        # In place on the fresh ``pos`` array: fewer passes and allocations (this is the hot loop).
-        oov = pos < 0
-        ids = pos if pos.flags.writeable and pos.dtype == np.int64 else pos.astype(np.int64)
-        ids += base
-        np.putmask(ids, oov, OOV_START)
-        if nb > 1:
-            if mask is not None:
-                oov &= ~mask
-            rows = np.flatnonzero(oov)
-            if len(rows):
-                ids[rows] = (hasher(rows) % np.uint64(nb)).astype(np.int64) + OOV_START
-        if mask is not None:
-            np.putmask(ids, mask, NULL_ID)
-        return ids if ids.dtype == np.dtype(self.dtype) else ids.astype(self.dtype)
 
     # --- schema ----------------------------------------------------------------------------
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:

@@ -23,8 +23,6 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.encoding.cpu import (NormalizedColumn, ValueLookup, concat_keys, group_keys, group_rows,
-                                    keys_to_pandas, normalize_column, null_mask, sum_int)
 from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric, group_name
 from tabloader.schema import ColumnSchema, Schema, Tags
@@ -41,13 +39,23 @@ def key_groups(columns: Columns) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def normalize_keys(op: Any, group: Sequence[str], frame: Any) -> list[NormalizedColumn]:
+def normalize_keys(op: Any, enc: Any, group: Sequence[str], frame: Any) -> list[Any]:
+    """The key columns of ``group`` normalized by the encoding implementation ``enc``."""
     cols = []
     for c in group:
         if holds_lists(frame[c]):
             raise TypeError(f"{op.label} cannot group by list column {c!r} (dtype {frame[c].dtype})")
-        cols.append(normalize_column(op, c, frame[c]))
+        cols.append(enc.normalize_column(op, c, frame[c]))
     return cols
+
+
+def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_columns: Sequence[str]) -> Any:
+    """The lookup of ``table``'s keys for ``prefix``, built on first use and cached by the op."""
+    cache = op.__dict__.setdefault("_lookup", {})
+    lookup = cache.get((enc.__name__, prefix))
+    if lookup is None:
+        lookup = cache[(enc.__name__, prefix)] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
+    return lookup
 
 
 def float_values(frame: Any, name: str) -> np.ndarray:
@@ -150,10 +158,11 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
         check_numeric(self, frame, self.cont_cols)
+        enc = backend.encoding_for(frame)
         partial = {}
         for prefix, group in key_groups(columns):
-            cols = normalize_keys(self, group, frame)
-            mask, codes, keys, kinds = group_rows(cols)
+            cols = normalize_keys(self, enc, group, frame)
+            mask, codes, keys, kinds = enc.group_rows(cols)
             rows = None if mask is None else np.flatnonzero(~mask)
             groups = None
             if keys is not None:
@@ -178,14 +187,14 @@ class JoinGroupby(CachedLookups, StatOperator):
     def _merge_groups(self, a: Any, b: Any, prefix: str) -> Any:
         if a is None or b is None:
             return a if b is None else b
-        keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], self, prefix)
-        codes, first, unique = group_keys(keys)
-        merged = self._combine(codes, len(first), a, b)
+        codes, unique, kinds = backend.encoding_for(a["count"]).union_keys(a, b, self, prefix)
+        merged = self._combine(codes, len(unique[0]), a, b)
         return {"keys": unique, "kinds": kinds, **merged}
 
     def _combine(self, codes: np.ndarray, ngroups: int, a: dict, b: dict) -> dict[str, Any]:
         """Chan's merge of the moment rows of ``a`` then ``b`` grouped by ``codes``."""
-        out: dict[str, Any] = {"count": sum_int(codes, np.concatenate([a["count"], b["count"]]), ngroups)}
+        counts = np.concatenate([a["count"], b["count"]])
+        out: dict[str, Any] = {"count": backend.encoding_for(counts).sum_int(codes, counts, ngroups)}
         for c in self.cont_cols:
             m = np.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
@@ -211,7 +220,8 @@ class JoinGroupby(CachedLookups, StatOperator):
                 table = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
                 table = pd.concat([table, self._table(None, 0)], axis=1)
             else:
-                keys = {k: keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])}
+                enc = backend.encoding_for(g["count"])
+                keys = {k: enc.keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])}
                 table = pd.concat([pd.DataFrame(keys), self._table(g, len(g["count"]))], axis=1)
             stats[prefix] = table
             nulls[prefix] = self._table(part["null"], 1) if part["null"] is not None else self._table(None, 0)
@@ -250,19 +260,17 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     # --- transform -------------------------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:
+        enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
             if not hasattr(self, "stats_") or prefix not in self.stats_:
                 raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
                                      "before transform")
             table, null = self.stats_[prefix], self.null_stats_[prefix]
-            cache = self.__dict__.setdefault("_lookup", {})
-            lookup = cache.get(prefix)
-            if lookup is None:
-                lookup = cache[prefix] = ValueLookup([table[k] for k in self._key_columns(group)], self, prefix)
-            cols = normalize_keys(self, group, frame)
+            lookup = cached_lookup(self, enc, prefix, table, self._key_columns(group))
+            cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)
-            mask = null_mask(cols, "any")
+            mask = enc.null_mask(cols, "any")
             for generic, name in zip(self._generic_names(), self._names(prefix)):
                 values = table[generic].to_numpy()
                 is_count = generic == "count"

@@ -21,7 +21,6 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.encoding.contract import check_id_range, integer_dtype
-from tabloader.encoding.cpu import NormalizedColumn, cross_hash, hash_values, map_column, normalize_column
 from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import Columns, Operator, flatten_columns, group_name
 from tabloader.schema import ColumnSchema, Schema, Tags
@@ -107,17 +106,18 @@ class HashBucket(Operator):
         return int(nb)
 
     def transform(self, columns: Columns, frame: Any) -> Any:
+        enc = backend.encoding_for(frame)
         out = {}
         for name in flatten_columns(columns):
             nb = np.uint64(self._buckets(name) - 1)
 
-            def encode(col: NormalizedColumn, nb: np.uint64 = nb) -> np.ndarray:
-                ids = (hash_values(col) % nb + np.uint64(1)).astype(self.dtype)
+            def encode(col: Any, nb: np.uint64 = nb) -> Any:
+                ids = (enc.hash_values(col) % nb + np.uint64(1)).astype(self.dtype)
                 if col.mask is not None:
                     ids[col.mask] = 0
                 return ids
 
-            out[name] = map_column(self, name, frame[name], encode)
+            out[name] = enc.map_column(self, name, frame[name], encode)
         return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
@@ -176,6 +176,7 @@ class HashedCross(Operator):
         return [group_name(g) for g in self._groups(columns)]
 
     def transform(self, columns: Columns, frame: Any) -> Any:
+        enc = backend.encoding_for(frame)
         out = {}
         for group in self._groups(columns):
             name = group_name(group)
@@ -185,11 +186,11 @@ class HashedCross(Operator):
             for c in group:
                 if holds_lists(frame[c]):
                     raise TypeError(f"HashedCross cannot cross list column {c!r} (dtype {frame[c].dtype})")
-            cols = [normalize_column(self, c, frame[c]) for c in group]
-            ids = (cross_hash(cols) % np.uint64(int(nb) - 1) + np.uint64(1)).astype(self.dtype)
-            masks = [c.mask for c in cols]
-            if all(m is not None for m in masks):
-                ids[np.logical_and.reduce(masks)] = 0
+            cols = [enc.normalize_column(self, c, frame[c]) for c in group]
+            ids = (enc.cross_hash(cols) % np.uint64(int(nb) - 1) + np.uint64(1)).astype(self.dtype)
+            all_null = enc.null_mask(cols, "all")
+            if all_null is not None:
+                ids[all_null] = 0
             out[name] = ids
         return backend.frame_from_columns(out, frame.index, like=frame)
 

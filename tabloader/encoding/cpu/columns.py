@@ -180,6 +180,12 @@ def keys_to_pandas(arr: Any) -> Any:
     return out.to_numpy() if out.dtype.kind in "iuf" else pd.Series(out, copy=False)
 
 
+def normalize_elements(op: Any, name: Any, series: Any) -> NormalizedColumn:
+    """:func:`normalize_column` of a column's values, or of its elements for a list column."""
+    lists = as_list_column(op, name, series)
+    return normalize_column(op, name, series if lists is None else backend.list_flatten(lists)[0])
+
+
 def map_column(op: Any, name: Any, series: Any, encode: Any, is_list: bool = False) -> Any:
     """Apply ``encode(NormalizedColumn) -> ndarray`` to a column; list columns element-wise (lists
     kept; an object column of lists gives an ArrowDtype list column, see

@@ -74,10 +74,8 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
             "nulls": nulls, "kinds": kinds}
 
 
-def merge_counts(a: Any, b: Any, op: Any, what: Any) -> Any:
+def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> dict[str, Any]:
     """Add two partials of :func:`count_values` (associative and commutative)."""
-    if a is None or b is None:
-        return a if b is None else b
     if a["keys"] is None or b["keys"] is None:
         out = dict(a if b["keys"] is None else b)
         out["nulls"] = a["nulls"] + b["nulls"]
@@ -94,6 +92,39 @@ def merge_counts(a: Any, b: Any, op: Any, what: Any) -> Any:
         merged_counts = sum_int(codes, counts, len(first))
     return {"keys": merged_keys, "counts": merged_counts.astype(np.int64), "nulls": a["nulls"] + b["nulls"],
             "kinds": kinds}
+
+
+def vocabulary(counted: dict[str, Any], freq_threshold: int, max_size: int) -> tuple[list, np.ndarray]:
+    """The vocabulary of merged counts, in id order: ``(keys, counts)``, one key array per column.
+
+    Values seen fewer than ``freq_threshold`` times are left out, the rest sorted by descending
+    count, ties by ascending value (numbers numerically, strings by code point, combinations
+    column by column), and cut to the ``max_size`` most frequent (0: no limit).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts = counted["counts"]
+    table = pa.table({**{f"k{i}": pa.array(k) for i, k in enumerate(counted["keys"])}, "count": pa.array(counts)})
+    if freq_threshold > 1:
+        table = table.filter(pa.array(counts >= freq_threshold))
+    order = pc.sort_indices(table, sort_keys=[("count", "descending")] +
+                            [(f"k{i}", "ascending") for i in range(len(counted["keys"]))])
+    if max_size > 0:
+        order = order[:max_size]
+    table = table.take(order)
+    return [table.column(f"k{i}") for i in range(len(counted["keys"]))], table.column("count").to_numpy()
+
+
+def union_keys(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> tuple[np.ndarray, list, list]:
+    """The keys of two partials (``{"keys": [...], "kinds": [...]}``) as one set of keys.
+
+    Returns the group of each key row (``a``'s rows, then ``b``'s), the unique key rows (one
+    array per column, in group order) and the merged kinds.
+    """
+    keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], op, what)
+    codes, _, unique = group_keys(keys)
+    return codes, unique, kinds
 
 
 def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: Any, what: Any) -> tuple[list, list]:

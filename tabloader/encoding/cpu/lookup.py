@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from tabloader.encoding.contract import NULL_ID, OOV_START
 from tabloader.encoding.cpu.columns import NormalizedColumn, exact_ints, normalize_column
 
 
@@ -105,3 +106,30 @@ class ValueLookup:
                 if c.mask is not None:
                     np.putmask(pos, c.mask, -1)
         return pos
+
+
+def assign_ids(pos: np.ndarray, mask: np.ndarray | None, num_buckets: int, hasher: Any, dtype: Any) -> np.ndarray:
+    """Ids of the encoding contract from vocabulary positions (see :mod:`tabloader.encoding.contract`).
+
+    ``pos`` is the vocabulary position of each row (-1: out of vocabulary), ``mask`` the null
+    rows, ``hasher(rows)`` the uint64 hashes of the given out-of-vocabulary rows (called only
+    with ``num_buckets > 1``). The id of position ``i`` is ``2 + num_buckets + i``.
+
+    Example:
+        >>> assign_ids(np.array([0, -1, 1, 0]), np.array([False, False, False, True]), 1, None, "int64").tolist()
+        [3, 2, 4, 1]
+    """
+    # In place on the fresh ``pos`` array: fewer passes and allocations (this is the hot loop).
+    oov = pos < 0
+    ids = pos if pos.flags.writeable and pos.dtype == np.int64 else pos.astype(np.int64)
+    ids += OOV_START + num_buckets
+    np.putmask(ids, oov, OOV_START)
+    if num_buckets > 1:
+        if mask is not None:
+            oov &= ~mask
+        rows = np.flatnonzero(oov)
+        if len(rows):
+            ids[rows] = (hasher(rows) % np.uint64(num_buckets)).astype(np.int64) + OOV_START
+    if mask is not None:
+        np.putmask(ids, mask, NULL_ID)
+    return ids if ids.dtype == np.dtype(dtype) else ids.astype(dtype)
