@@ -26,6 +26,11 @@ OOV_START = 2
 NULL_HASH = np.uint64(0x9AE16A3B2F90404F)
 
 
+def label_of(op: Any) -> str:
+    """How errors name the operator ``op`` that the encoding primitives work for (or a name given instead)."""
+    return str(getattr(op, "label", op))
+
+
 def integer_dtype(op: Any, dtype: Any) -> np.dtype:
     """``dtype`` as a numpy integer dtype, or a ValueError naming the operator."""
     try:
@@ -33,7 +38,7 @@ def integer_dtype(op: Any, dtype: Any) -> np.dtype:
     except TypeError:
         out = None
     if out is None or out.kind not in "iu":
-        raise ValueError(f"{op.label}: dtype must be a numpy integer dtype (int32, int64, ...), got {dtype!r}")
+        raise ValueError(f"{label_of(op)}: dtype must be a numpy integer dtype (int32, int64, ...), got {dtype!r}")
     return out
 
 
@@ -41,5 +46,5 @@ def check_id_range(op: Any, what: str, max_id: int, dtype: Any, fix: str) -> Non
     """Raise a ValueError when ``dtype`` cannot hold ``max_id``: ids that wrapped around would
     be negative or collide while the schema promises ``max_id + 1`` rows."""
     if max_id > np.iinfo(np.dtype(dtype)).max:
-        raise ValueError(f"{op.label}: {what} needs ids up to {max_id}, which dtype {dtype} cannot hold "
+        raise ValueError(f"{label_of(op)}: {what} needs ids up to {max_id}, which dtype {dtype} cannot hold "
                          f"(its maximum is {np.iinfo(np.dtype(dtype)).max}); {fix}")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
+from tabloader.encoding.contract import label_of
 
 #: What a row of an object column of lists holds: Python lists (serving requests), numpy arrays
 #: (``pd.read_parquet`` of a list column) or tuples.
@@ -59,7 +60,7 @@ def as_list_column(op: Any, name: Any, series: Any, is_list: bool = False) -> An
     """
     import pyarrow as pa
 
-    label = getattr(op, "label", op)
+    label = label_of(op)
     if backend.is_list_dtype(series.dtype):
         return series
     if not holds_lists(series):
@@ -81,7 +82,7 @@ def list_array(op: Any, frame: Any, col: str) -> Any:
     column and dtype when it is not a list column."""
     series = as_list_column(op, col, frame[col])
     if series is None:
-        raise TypeError(f"{op.label} needs list columns, but column {col!r} has dtype {frame[col].dtype}")
+        raise TypeError(f"{label_of(op)} needs list columns, but column {col!r} has dtype {frame[col].dtype}")
     return backend.list_column_to_arrow(series)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
+from tabloader.encoding.contract import label_of
 from tabloader.encoding.lists import as_list_column
 
 KINDS = ("int", "float", "str", "null")
@@ -53,7 +54,7 @@ def _arrow_bool(keep: np.ndarray) -> Any:
 
 
 def _type_error(op: Any, name: Any, dtype: Any, detail: str = "") -> TypeError:
-    label = getattr(op, "label", str(op))
+    label = label_of(op)
     return TypeError(f"{label} cannot encode column {name!r} of dtype {dtype}: it takes integer, boolean, float, "
                      f"string or categorical columns (or lists of those){detail}")
 
@@ -118,7 +119,7 @@ def common_int_dtype(arrays: Sequence[np.ndarray], op: Any, what: Any) -> np.dty
     negative = any(a.dtype.kind == "i" and len(a) and a.min() < 0 for a in arrays)
     above_int64 = any(a.dtype.kind == "u" and len(a) and a.max() > np.iinfo(np.int64).max for a in arrays)
     if negative and above_int64:
-        raise TypeError(f"{getattr(op, 'label', op)}: column {what!r} holds negative integers and unsigned integers "
+        raise TypeError(f"{label_of(op)}: column {what!r} holds negative integers and unsigned integers "
                         ">= 2**63 (in different partitions or columns); no 64-bit integer type holds both: "
                         "cast the column to one integer type")
     return np.dtype(np.uint64 if above_int64 else np.int64)

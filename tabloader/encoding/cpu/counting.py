@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from tabloader.encoding.contract import label_of
 from tabloader.encoding.cpu.columns import NormalizedColumn, as_pandas, common_int_dtype, null_mask
 
 
@@ -135,7 +136,7 @@ def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: An
     kinds = []
     for ka, kb in zip(a_kinds, b_kinds):
         if (ka == "str") != (kb == "str"):
-            raise TypeError(f"{op.label}: column {what!r} holds strings in some partitions and numbers in others")
+            raise TypeError(f"{label_of(op)}: column {what!r} holds strings in some partitions and numbers in others")
         kinds.append("float" if "float" in (ka, kb) else ka)
     keys = []
     for i, kind in enumerate(kinds):

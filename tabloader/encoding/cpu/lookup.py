@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from tabloader.encoding.contract import NULL_ID, OOV_START
+from tabloader.encoding.contract import NULL_ID, OOV_START, label_of
 from tabloader.encoding.cpu.columns import NormalizedColumn, exact_ints, normalize_column
 
 
@@ -78,7 +78,7 @@ class ValueLookup:
             return np.full(n, -1, dtype=np.int64)
         if kind == "str" or col.kind == "str":
             if kind != col.kind:
-                raise TypeError(f"{getattr(self.op, 'label', self.op)}: column {self.what!r} was fit on "
+                raise TypeError(f"{label_of(self.op)}: column {self.what!r} was fit on "
                                 f"{'strings' if kind == 'str' else 'numbers'} but now holds "
                                 f"{'strings' if col.kind == 'str' else 'numbers'}")
             pos = pc.index_in(col.values, value_set=level)
