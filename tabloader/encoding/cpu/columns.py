@@ -20,7 +20,8 @@ class NormalizedColumn:
     """A column as plain arrays: ``values`` (numpy int64, uint64 or float64, or a pyarrow string
     array), ``mask`` (True where null, or None when there are no nulls) and ``kind`` (one of
     :data:`KINDS`). Integers are int64, except 64-bit unsigned ones, which stay uint64 so that
-    values >= 2**63 keep their order and never equal a negative integer."""
+    values >= 2**63 keep their order and never equal a negative integer. The values of null
+    rows are arbitrary (they may be views of the column's buffers, read-only): honour the mask."""
 
     kind: str
     values: Any
@@ -80,10 +81,12 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         mask = missing if taken.mask is None else (missing | taken.mask)
         return NormalizedColumn(taken.kind, taken.values, mask if mask.any() else None)
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
-        mask = series.isna().to_numpy() if series.hasnans else None
         unsigned64 = pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().startswith("uint64")
-        values = series.to_numpy(dtype="uint64" if unsigned64 else "int64", na_value=0)
-        return NormalizedColumn("int", values, mask)
+        values, mask = _masked_buffers(series)
+        if values is None:
+            mask = series.isna().to_numpy() if series.hasnans else None
+            values = series.to_numpy(dtype="uint64" if unsigned64 else "int64", na_value=0)
+        return NormalizedColumn("int", values.astype(np.uint64 if unsigned64 else np.int64, copy=False), mask)
     if pdt.is_float_dtype(dtype):
         values = series.to_numpy(dtype="float64", na_value=np.nan)
         nan = np.isnan(values)
@@ -106,6 +109,21 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         mask = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
         return NormalizedColumn("str", arr, mask)
     raise _type_error(op, name, dtype)
+
+
+def _masked_buffers(series: pd.Series) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The values and null mask (None without nulls) of a pandas nullable integer or boolean
+    column, as read-only views of its own buffers; ``(None, None)`` for other columns.
+
+    Copying them (``to_numpy(na_value=0)``, ``isna()``) cost more than counting the values: the
+    values under the mask are arbitrary, so every consumer of a NormalizedColumn honours the mask.
+    """
+    array = series.array
+    if not isinstance(array, (pd.arrays.IntegerArray, pd.arrays.BooleanArray)):
+        return None, None
+    values, mask = array._data.view(), array._mask.view()  # pandas' masked-array buffers (not copied)
+    values.flags.writeable = mask.flags.writeable = False
+    return values, mask if mask.any() else None
 
 
 def common_int_dtype(arrays: Sequence[np.ndarray], op: Any, what: Any) -> np.dtype:

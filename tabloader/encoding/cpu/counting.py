@@ -51,20 +51,20 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
     """Partial statistics of Categorify: counts of the non-null rows' values (or combinations).
 
     ``{"keys": [one array per column], "counts": int64 array, "nulls": int, "kinds": [...]}``.
-    One numeric column: keys are sorted unique values (np.unique), so merges are linear.
+    One numeric column: keys are sorted unique values, so merges are linear.
     Strings are pyarrow arrays; combinations are grouped with :func:`factorize_rows`.
     """
     import pyarrow.compute as pc
 
-    nulls = int(mask.sum()) if mask is not None else 0
-    if mask is not None:
-        cols = [c.filter(~mask) for c in cols]
+    nulls = int(np.count_nonzero(mask)) if mask is not None else 0
     kinds = [c.kind for c in cols]
-    if "null" in kinds or len(cols[0]) == 0:
+    if "null" in kinds or nulls == len(cols[0]):
         return {"keys": None, "counts": np.zeros(0, np.int64), "nulls": nulls, "kinds": kinds}
     if len(cols) == 1 and kinds[0] in ("int", "float"):
-        keys, counts = np.unique(cols[0].values, return_counts=True)
-        return {"keys": [keys], "counts": counts.astype(np.int64), "nulls": nulls, "kinds": kinds}
+        keys, counts = _count_numbers(cols[0].values, mask, nulls)
+        return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds}
+    if mask is not None:
+        cols = [c.filter(~mask) for c in cols]
     if len(cols) == 1:
         vc = pc.value_counts(cols[0].values)
         return {"keys": [vc.field("values")], "counts": vc.field("counts").to_numpy(zero_copy_only=False),
@@ -73,6 +73,47 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
     keys = [c.take(first).values for c in cols]
     return {"keys": keys, "counts": np.bincount(codes, minlength=len(first)).astype(np.int64),
             "nulls": nulls, "kinds": kinds}
+
+
+def _count_numbers(values: np.ndarray, mask: np.ndarray | None, nulls: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique values of the rows outside ``mask`` (``nulls`` rows, not all), and their int64 counts.
+
+    Null rows are not filtered out (a slow boolean gather): they stand in as the first valid
+    value, whose count is corrected afterwards. Integers spanning a range not much wider than
+    their number are counted by direct address (``np.bincount``, linear). Others are sorted: as
+    uint32 offsets from the smallest value when they span less than 2**32 (half the bytes of
+    int64, twice as fast to sort), else as they are.
+    """
+    if mask is not None:
+        stand_in = values[np.argmin(mask)]  # the first valid value
+        values = np.where(mask, stand_in, values)
+    keys, counts = _count_all(values, owned=mask is not None)
+    if mask is not None:
+        counts[np.searchsorted(keys, stand_in)] -= nulls
+    return keys, counts
+
+
+def _count_all(values: np.ndarray, owned: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique values and their int64 counts; ``values`` may be sorted in place when ``owned``."""
+    n = len(values)
+    if values.dtype.kind in "iu":
+        low = values.min()
+        span = int(values.max()) - int(low)
+        if span <= 2 * n + 65536:
+            counts = np.bincount((values - low).astype(np.intp, copy=False))
+            seen = np.flatnonzero(counts)
+            return seen.astype(values.dtype) + low, counts[seen].astype(np.int64, copy=False)
+        if span < 2**32:
+            keys, counts = _sorted_runs((values - low).astype(np.uint32))
+            return keys.astype(values.dtype) + low, counts
+    return _sorted_runs(values if owned else values.copy())
+
+
+def _sorted_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort ``values`` in place; its unique values and their int64 counts."""
+    values.sort()
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    return values[starts], np.diff(np.r_[starts, len(values)]).astype(np.int64, copy=False)
 
 
 def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> dict[str, Any]:
