@@ -43,6 +43,9 @@ def columns(draw, kinds=tuple(VALUE_KINDS)):
 def series(dtype: str, values: list) -> pd.Series:
     if dtype == "float64":
         return pd.Series([np.nan if v is None else v for v in values], dtype="float64")
+    if dtype in ("Int64", "UInt64"):  # through arrow: pd.Series(list, dtype="UInt64") rounds some values >= 2**63
+        arrow_type, pandas_type = (pa.int64(), pd.Int64Dtype()) if dtype == "Int64" else (pa.uint64(), pd.UInt64Dtype())
+        return pa.array(values, type=arrow_type).to_pandas(types_mapper={arrow_type: pandas_type}.get)
     return pd.Series(values, dtype=dtype)
 
 

@@ -20,8 +20,9 @@ class NormalizedColumn:
     """A column as plain arrays: ``values`` (numpy int64, uint64 or float64, or a pyarrow string
     array), ``mask`` (True where null, or None when there are no nulls) and ``kind`` (one of
     :data:`KINDS`). Integers are int64, except 64-bit unsigned ones, which stay uint64 so that
-    values >= 2**63 keep their order and never equal a negative integer. The values of null
-    rows are arbitrary (they may be views of the column's buffers, read-only): honour the mask."""
+    values >= 2**63 keep their order and never equal a negative integer. The numbers of null
+    rows are arbitrary (they may be views of the column's buffers, read-only): honour the mask.
+    Strings are null exactly where the mask is True."""
 
     kind: str
     values: Any
@@ -68,6 +69,7 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
     lists, objects that are not strings, ...).
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
     from pandas.api import types as pdt
 
     series = backend.to_host(series)  # GPU frames are encoded on the host (one copy per column)
@@ -79,7 +81,10 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
             return NormalizedColumn("null", np.zeros(len(codes)), np.ones(len(codes), bool))
         taken = normalize_column(op, name, pd.Series(dtype.categories)).take(np.where(missing, 0, codes))
         mask = missing if taken.mask is None else (missing | taken.mask)
-        return NormalizedColumn(taken.kind, taken.values, mask if mask.any() else None)
+        values = taken.values
+        if taken.kind == "str" and missing.any():  # strings are null where the mask says so
+            values = pc.if_else(pa.array(missing), pa.scalar(None, values.type), values)
+        return NormalizedColumn(taken.kind, values, mask if mask.any() else None)
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
         unsigned64 = pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().startswith("uint64")
         values, mask = _masked_buffers(series)

@@ -63,12 +63,14 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
     if len(cols) == 1 and kinds[0] in ("int", "float"):
         keys, counts = _count_numbers(cols[0].values, mask, nulls)
         return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds}
-    if mask is not None:
-        cols = [c.filter(~mask) for c in cols]
-    if len(cols) == 1:
-        vc = pc.value_counts(cols[0].values)
+    if len(cols) == 1:  # strings: null where their own mask says so, so only another mask needs filtering
+        col = cols[0] if mask is None or mask is cols[0].mask else cols[0].filter(~mask)
+        vc = pc.value_counts(col.values)
+        vc = vc.filter(vc.field("values").is_valid())
         return {"keys": [vc.field("values")], "counts": vc.field("counts").to_numpy(zero_copy_only=False),
                 "nulls": nulls, "kinds": kinds}
+    if mask is not None:
+        cols = [c.filter(~mask) for c in cols]
     codes, first = factorize_rows([as_pandas(c) for c in cols])
     keys = [c.take(first).values for c in cols]
     return {"keys": keys, "counts": np.bincount(codes, minlength=len(first)).astype(np.int64),
