@@ -9,39 +9,41 @@ and :mod:`tabloader.encoding.gpu` (cuDF, CuPy). An operator asks
 :func:`tabloader.backend.encoding_for` for the one that fits its data and never branches on
 the device; partial statistics and lookups choose by the arrays they hold.
 
-Primitives, and how each maps to the two libraries (the GPU column is the plan for
+Primitives, and how each maps to the two libraries (the GPU side is the plan for
 :mod:`tabloader.encoding.gpu`, which gets cuDF and CuPy from ``backend.cudf()`` /
 ``backend.cupy()``; the hashes must give the same bits, so CPU and GPU give identical ids):
 
-================== ================================================ ===================================================
-primitive          CPU (``encoding.cpu``)                            GPU (``encoding.gpu``)
-================== ================================================ ===================================================
-normalize_column   numpy values + bool mask (the nullable dtype's    the cuDF column itself: ``Series.to_cupy()`` for
-                   own buffers, no copy); strings as a pyarrow       numbers, ``isna()`` for the mask; strings stay a
-                   string array                                      cuDF string column
-count_values       sorted unique values and counts (numpy sort);     ``Series.value_counts(dropna=True)``; several
-                   strings ``pyarrow.compute.value_counts``;         columns ``DataFrame.groupby(cols).size()``
-                   several columns ``pd.factorize`` per column
-merge_counts       concatenate two sorted runs, add equal keys       ``cudf.concat`` + ``groupby(keys).sum()`` (or host
-                                                                     tables: small after counting)
-vocabulary         ``pyarrow.compute.sort_indices`` (count desc,    ``DataFrame.sort_values([count, keys],
-                   keys asc) after the threshold filter             ascending=[False, True...])`` + ``head(max_size)``
-ValueLookup        a hash index built once per process and reused    vocabulary keys sorted once on the device;
-(key lookup)       by every partition (``pd.Index.get_indexer``),    ``cupy.searchsorted`` + an equality check gives the
-                   a direct-address table for small integer          position (multi-column keys: combined codes, or a
-                   ranges; multi-column keys as combined codes       ``DataFrame.merge`` carrying the row number)
-assign_ids         numpy ``putmask`` / ``flatnonzero`` on the        the same array code with CuPy (``cupy.putmask``,
-                   positions (contract ids)                          ``cupy.flatnonzero``)
-hash_values,       ``backend.hash_int64`` (splitmix64) on numpy;     ``backend.hash_int64`` on CuPy arrays (pure integer
-cross_hash         strings: FNV-1a-64 over the unique values'        arithmetic, same bits); strings: a
-                   UTF-8 bytes (``backend.hash_strings``)           ``cupy.RawKernel`` with one thread per string
-                                                                     running FNV-1a over the chars between its offsets
-                                                                     (pylibcudf ``Column.children()[0]`` = offsets,
-                                                                     ``Column.data()`` = chars), then splitmix64
-group_rows,        ``pd.factorize`` per column, combined codes       ``DataFrame.groupby(keys, sort=False).ngroup()``
-union_keys                                                           and ``drop_duplicates``
-map_column (lists) the arrow list array's offsets and flat values    ``Series.list.leaves`` for the values; the list
-                   (``backend.list_flatten``), rebuilt with the      column's offsets (pylibcudf
-                   same offsets                                      ``list_view().offsets()``) to rebuild
-================== ================================================ ===================================================
+* ``normalize_column`` -- CPU: numpy values and a bool mask (a nullable column's own
+  buffers, not copied); strings as a pyarrow string array. GPU: the cuDF column itself,
+  ``Series.to_cupy()`` for numbers and ``isna()`` for the mask; strings stay a cuDF string
+  column.
+* ``count_values`` -- CPU: sorted unique values and counts (``np.bincount`` for a small
+  range, else a sort, of uint32 offsets when they fit); strings
+  ``pyarrow.compute.value_counts``; several columns ``pd.factorize`` per column. GPU:
+  ``Series.value_counts(dropna=True)``; several columns ``DataFrame.groupby(cols).size()``.
+* ``merge_counts`` -- CPU: concatenate two sorted runs, add equal keys. GPU: ``cudf.concat``
+  then ``groupby(keys).sum()`` (or host tables: small once counted; measure which is faster).
+* ``vocabulary`` -- CPU: the threshold filter, then ``pyarrow.compute.sort_indices`` by count
+  descending, keys ascending. GPU: ``DataFrame.sort_values([count, keys...],
+  ascending=[False, True, ...])`` then ``head(max_size)``.
+* ``ValueLookup`` (key lookup) -- CPU: an index per key column, built once per process and
+  reused by every partition: integers a direct-address table (small ranges) or a hash index
+  (``pd.Index.get_indexer``); strings ``pyarrow.compute.index_in``, or the partition's
+  distinct strings by 64-bit hash when the vocabulary is the larger; several columns as
+  combined codes. GPU: the vocabulary's keys sorted once on the device, ``cupy.searchsorted``
+  and an equality check give the position (several columns: combined codes, or a
+  ``DataFrame.merge`` carrying the row number).
+* ``assign_ids`` (contract ids from positions) -- CPU: numpy ``putmask`` / ``flatnonzero``.
+  GPU: the same array code with CuPy (``cupy.putmask``, ``cupy.flatnonzero``).
+* ``hash_values``, ``cross_hash`` -- CPU: ``backend.hash_int64`` (splitmix64) on numpy;
+  strings FNV-1a-64 over the distinct values' UTF-8 bytes (``backend.hash_strings``). GPU:
+  ``backend.hash_int64`` on CuPy arrays (pure integer arithmetic, the same bits); strings a
+  ``cupy.RawKernel``, one thread per string running FNV-1a over the chars between its offsets
+  (pylibcudf ``Column.children()[0]`` holds the offsets, ``Column.data()`` the chars), then
+  splitmix64.
+* ``group_rows``, ``union_keys`` -- CPU: ``pd.factorize`` per column, combined codes. GPU:
+  ``DataFrame.groupby(keys, sort=False).ngroup()`` and ``drop_duplicates``.
+* ``normalize_elements``, ``map_column`` (list columns) -- CPU: the arrow list array's flat
+  values (``backend.list_flatten``), rebuilt with the same offsets. GPU: ``Series.list.leaves``
+  for the values, the list column's offsets (pylibcudf ``list_view().offsets()``) to rebuild.
 """
