@@ -31,14 +31,6 @@ class NormalizedColumn:
     def __len__(self) -> int:
         return len(self.values)
 
-    def valid_values(self) -> Any:
-        """The non-null values (same kind)."""
-        if self.mask is None:
-            return self.values
-        if self.kind == "str":
-            return self.values.filter(_arrow_bool(~self.mask))
-        return self.values[~self.mask]
-
     def filter(self, keep: np.ndarray) -> "NormalizedColumn":
         """The rows where the boolean array ``keep`` is True."""
         values = self.values.filter(_arrow_bool(keep)) if self.kind == "str" else self.values[keep]
