@@ -149,6 +149,14 @@ def test_strings_are_not_found_by_numbers_and_the_error_names_the_column():
         lookup.positions([cpu.normalize_column(OP, "c", pd.Series([1, 2]))])
 
 
+@pytest.mark.parametrize("keys", [[-(2**63), -(2**63) + 2], [2**63 - 1, 2**63 - 3], [0, 1, 2, 3], [-(2**63), 5], [2**40, 7]])
+def test_integer_keys_dense_or_sparse_at_the_ends_of_int64(keys):
+    lookup = lookup_for([np.array(keys, dtype=np.int64)])
+    query = [2**63 - 1, -(2**63), -(2**63) + 1, 2**63 - 3, 5, 3, 2**40, -1, 7]
+    col = cpu.normalize_column(OP, "c", series("Int64", query + [None]))
+    assert lookup.positions([col]).tolist() == [keys.index(q) if q in keys else -1 for q in query] + [-1]
+
+
 def test_integers_match_by_value_whatever_their_width():
     lookup = lookup_for([np.array([2**64 - 1, 7, 0], dtype=np.uint64)])
     query = pd.Series([-1, 7, 0, 2**62, 5], dtype="int64")  # -1 has the bits of 2**64 - 1, but is not it
