@@ -117,12 +117,21 @@ def raw_criteo(path: str, rows: int, files: int = 10, seed: int = 0, **criteo_kw
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (MB), from ``getrusage``."""
+    """Peak resident memory of this process so far (MB).
+
+    On Linux the high-water mark of the process's own memory (``VmHWM``): ``getrusage``'s
+    ``ru_maxrss`` survives ``exec``, so a benchmark child started by a parent holding 2 GB
+    would report 2 GB whatever it used itself. Elsewhere ``getrusage``.
+    """
     import resource
     import sys
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 class RSSSampler:

@@ -2,21 +2,31 @@
 
 The pipeline (the classic Criteo one):
 
-* ``Categorify(freq_threshold=2)`` on ``C1..C26``: 1 = null, 2 = out of vocabulary (seen fewer
-  than 2 times), then the vocabulary from 3 in descending frequency (ties by value);
-* ``FillMissing(0) >> Clip(min_value=0) >> LogOp >> Normalize`` on ``I1..I13`` (float32 out);
+* ``Categorify(freq_threshold=F)`` on the categorical columns ``C*``: 1 = null, 2 = out of
+  vocabulary (seen fewer than F times), then the vocabulary from 3 in descending frequency
+  (ties by value); F = 0 (NVTabular's default: every value gets an id) and F = 2 by default;
+* ``FillMissing(0) >> Clip(min_value=0) >> LogOp >> Normalize`` on the continuous columns
+  ``I*`` (float32 out);
 * ``label`` passed through.
 
-Each system fits the statistics over the whole data set, transforms it and writes parquet,
-streaming (memory is meant to be bounded by a partition or a file, not by the data set). Each
-runs in a fresh subprocess, so the peak resident memory (max RSS) is measured per system. The
-outputs are compared on a sample of columns (same ids, continuous values close) so that the
-comparison is fair, and a table of times, throughput, peak memory and the ratio to the pandas
-time is printed.
+Each system fits the statistics over the whole data set, transforms it and writes parquet
+(snappy for every system), streaming (memory is meant to be bounded by a partition or a
+file, not by the data set). Each run is a fresh subprocess, so the peak resident memory (max
+RSS) is per system; the systems run in turn (tabloader, pandas, polars, tabloader, ...) so
+that a change of machine load hits them alike, and each run prints the load average at its
+start. The outputs are compared (same ids, continuous values close) before the table of
+times, throughput, peak memory and ratios is printed.
 
-    python benchmarks/workflow.py                       # 5M rows in 10 files (written once)
+    python benchmarks/workflow.py                       # 5M rows in 10 files, freq_threshold 0 and 2
+    python benchmarks/workflow.py --freq-threshold 2 --repeat 3
     python benchmarks/workflow.py --rows 200000 --files 4 --data /tmp/criteo-small
-    python benchmarks/workflow.py --systems tabloader    # one system only
+    python benchmarks/workflow.py --systems tabloader   # one system only
+    python benchmarks/workflow.py --scaling             # time and memory against rows and vocabulary size
+
+``--scaling`` runs the workflow over 1M / 5M / 20M Criteo rows (``--scaling-rows``), then over
+``--vocab-rows`` rows of one categorical column holding 100K / 1M / 10M distinct values
+(``--vocab-sizes``; every value equally often, spread over 31 bits), and prints the
+exponents of least-squares fits ``time ~ rows**a`` and ``time ~ vocabulary**b`` per system.
 
 A system can be run alone with ``--system NAME --out DIR`` (what the driver does): it prints
 one JSON line with its timings.
@@ -40,11 +50,9 @@ sys.path[:0] = [_HERE, os.path.dirname(_HERE)]  # _common, and tabloader from th
 
 from _common import DEFAULT_RAW_CRITEO, peak_rss_mb, print_table, raw_criteo  # noqa: E402
 
-CATS = [f"C{i}" for i in range(1, 27)]
-CONTS = [f"I{i}" for i in range(1, 14)]
 LABEL = "label"
-FREQ_THRESHOLD = 2
-NULL_ID, OOV_ID, FIRST_ID = 1, 2, 3
+NULL_ID, OOV_ID = 1, 2  # the first vocabulary id is 3 (one OOV bucket)
+COMPRESSION = "snappy"
 SYSTEMS = ("tabloader", "pandas", "polars")
 
 
@@ -52,52 +60,62 @@ def data_files(data: str) -> list[str]:
     return sorted(glob.glob(os.path.join(data, "*.parquet")))
 
 
+def column_roles(data: str) -> tuple[list[str], list[str]]:
+    """The categorical (``C*``) and continuous (``I*``) columns of the data, in file order."""
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(data_files(data)[0]).names
+    return [c for c in names if c.startswith("C")], [c for c in names if c.startswith("I")]
+
+
 # --- (a) tabloader ------------------------------------------------------------------------------
-def run_tabloader(data: str, out: str, part_size: str | None = None) -> tuple[float, float]:
+def run_tabloader(data: str, out: str, freq_threshold: int, part_size: str | None = None) -> tuple[float, float]:
     import tabloader as tl
     from tabloader import ops
 
-    cats = CATS >> ops.Categorify(freq_threshold=FREQ_THRESHOLD)
-    conts = CONTS >> ops.FillMissing(0) >> ops.Clip(min_value=0) >> ops.LogOp >> ops.Normalize()
-    wf = tl.Workflow(cats + conts + [LABEL], progress=False)
+    cats, conts = column_roles(data)
+    graph = cats >> ops.Categorify(freq_threshold=freq_threshold)
+    graph = graph + (conts >> ops.FillMissing(0) >> ops.Clip(min_value=0) >> ops.LogOp >> ops.Normalize())
+    wf = tl.Workflow(graph + [LABEL], progress=False)
     kwargs = {"part_size": part_size} if part_size else {}
     start = time.perf_counter()
     wf.fit(tl.Dataset(data, **kwargs))
     fitted = time.perf_counter()
-    wf.transform(tl.Dataset(data, **kwargs)).to_parquet(out, overwrite=True, progress=False)
+    wf.transform(tl.Dataset(data, **kwargs)).to_parquet(out, overwrite=True, progress=False, compression=COMPRESSION)
     return fitted - start, time.perf_counter() - fitted
 
 
 # --- (b) hand-written pandas, one file at a time --------------------------------------------------
-def _pandas_conts(frame):
+def _pandas_conts(frame, conts):
     """FillMissing(0) >> Clip(min_value=0) >> log1p, float32 (as read)."""
-    x = frame[CONTS].fillna(0).clip(lower=0)
+    x = frame[conts].fillna(0).clip(lower=0)
     return np.log1p(x)
 
 
-def run_pandas(data: str, out: str) -> tuple[float, float]:
+def run_pandas(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
     import pandas as pd
 
+    cats, conts = column_roles(data)
     files = data_files(data)
     start = time.perf_counter()
     # pass 1: value counts per categorical column; sums and sums of squares of the continuous ones
-    counts: dict[str, list] = {c: [] for c in CATS}
-    sums = np.zeros(len(CONTS))
-    sumsq = np.zeros(len(CONTS))
+    counts: dict[str, list] = {c: [] for c in cats}
+    sums = np.zeros(len(conts))
+    sumsq = np.zeros(len(conts))
     rows = 0
     for path in files:
-        frame = pd.read_parquet(path, columns=CATS + CONTS)
-        for c in CATS:
+        frame = pd.read_parquet(path, columns=cats + conts)
+        for c in cats:
             counts[c].append(frame[c].value_counts(dropna=True))
-        x = _pandas_conts(frame).to_numpy(dtype=np.float64)
+        x = _pandas_conts(frame, conts).to_numpy(dtype=np.float64)
         sums += x.sum(axis=0)
         sumsq += np.einsum("ij,ij->j", x, x)
         rows += len(frame)
         del frame, x
     vocabs = {}
-    for c in CATS:
+    for c in cats:
         total = pd.concat(counts[c]).groupby(level=0).sum()
-        total = total[total >= FREQ_THRESHOLD]
+        total = total[total >= freq_threshold]
         # descending frequency, ties by value
         order = np.lexsort((total.index.to_numpy(), -total.to_numpy()))
         vocabs[c] = pd.Index(total.index.to_numpy()[order])
@@ -111,19 +129,20 @@ def run_pandas(data: str, out: str) -> tuple[float, float]:
     for i, path in enumerate(files):
         frame = pd.read_parquet(path)
         result = {}
-        for c in CATS:
+        for c in cats:
             col = frame[c]
             values = col.to_numpy(dtype=np.int64, na_value=-1)
             ids = vocabs[c].get_indexer(values)
-            ids = np.where(ids < 0, OOV_ID, ids + FIRST_ID)
+            ids = np.where(ids < 0, OOV_ID, ids + OOV_ID + 1)
             ids[col.isna().to_numpy()] = NULL_ID
             result[c] = ids
-        x = _pandas_conts(frame).to_numpy(dtype=np.float64)
+        x = _pandas_conts(frame, conts).to_numpy(dtype=np.float64)
         x = ((x - mean) / std).astype(np.float32)
-        for j, c in enumerate(CONTS):
+        for j, c in enumerate(conts):
             result[c] = x[:, j]
         result[LABEL] = frame[LABEL].to_numpy()
-        pd.DataFrame(result).to_parquet(os.path.join(out, f"part_{i:05d}.parquet"), index=False)
+        pd.DataFrame(result).to_parquet(os.path.join(out, f"part_{i:05d}.parquet"), index=False,
+                                        compression=COMPRESSION)
         del frame, result, x
     return fitted - start, time.perf_counter() - fitted
 
@@ -135,55 +154,118 @@ def _polars_cont(c: str):
     return pl.col(c).fill_null(0).fill_nan(0).clip(lower_bound=0).log1p()
 
 
-def run_polars(data: str, out: str) -> tuple[float, float]:
+def run_polars(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
     import polars as pl
 
+    cats, conts = column_roles(data)
     files = data_files(data)
     start = time.perf_counter()
     lf = pl.scan_parquet(files)
     queries = [lf.select(pl.col(c)).drop_nulls().group_by(c).len()
-               .filter(pl.col("len") >= FREQ_THRESHOLD)
-               .sort(["len", c], descending=[True, False]) for c in CATS]
-    queries.append(lf.select([_polars_cont(c).cast(pl.Float64).mean().alias(f"{c}_mean") for c in CONTS]
-                             + [_polars_cont(c).cast(pl.Float64).std(ddof=0).alias(f"{c}_std") for c in CONTS]))
+               .filter(pl.col("len") >= freq_threshold)
+               .sort(["len", c], descending=[True, False]) for c in cats]
+    queries.append(lf.select([_polars_cont(c).cast(pl.Float64).mean().alias(f"{c}_mean") for c in conts]
+                             + [_polars_cont(c).cast(pl.Float64).std(ddof=0).alias(f"{c}_std") for c in conts]))
     *vocabs, stats = pl.collect_all(queries, engine="streaming")
     fitted = time.perf_counter()
 
     exprs = []
-    for c, vocab in zip(CATS, vocabs):
-        ids = pl.Series(np.arange(FIRST_ID, FIRST_ID + len(vocab), dtype=np.int64))
+    for c, vocab in zip(cats, vocabs):
+        ids = pl.Series(np.arange(OOV_ID + 1, OOV_ID + 1 + len(vocab), dtype=np.int64))
         mapped = pl.col(c).replace_strict(vocab[c], ids, default=OOV_ID, return_dtype=pl.Int64)
         exprs.append(pl.when(pl.col(c).is_null()).then(NULL_ID).otherwise(mapped).cast(pl.Int64).alias(c))
-    for c in CONTS:
+    for c in conts:
         mean, std = stats[f"{c}_mean"][0], stats[f"{c}_std"][0]
         exprs.append(((_polars_cont(c).cast(pl.Float64) - mean) / std).cast(pl.Float32).alias(c))
     exprs.append(pl.col(LABEL))
     os.makedirs(out, exist_ok=True)
-    lf.select(exprs).sink_parquet(os.path.join(out, "part_00000.parquet"), engine="streaming")
+    lf.select(exprs).sink_parquet(os.path.join(out, "part_00000.parquet"), compression=COMPRESSION,
+                                  engine="streaming")
     return fitted - start, time.perf_counter() - fitted
 
 
 RUNNERS = {"tabloader": run_tabloader, "pandas": run_pandas, "polars": run_polars}
 
 
+# --- data for the vocabulary scaling ------------------------------------------------------------
+def vocabulary_data(path: str, rows: int, vocabulary: int, files: int = 10, seed: int = 0) -> str:
+    """Write (once) ``rows`` rows of ``C1`` (``vocabulary`` distinct int64 values, each equally
+    often, in random order, spread over 31 bits), ``I1`` (float32) and ``label``, with
+    pyarrow (no pandas metadata); reused when a ``_bench.json`` marker records the same spec."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    marker = os.path.join(path, "_bench.json")
+    spec = {"rows": rows, "vocabulary": vocabulary, "files": files, "seed": seed, "kind": "vocabulary"}
+    if os.path.exists(marker):
+        with open(marker) as f:
+            if json.load(f) == spec:
+                return path
+    print(f"writing {rows:,} rows with {vocabulary:,} distinct values to {path} (once) ...", flush=True)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    rng = np.random.default_rng(seed)
+    ranks = rng.permutation(np.arange(rows, dtype=np.int64) % vocabulary)  # every value rows // vocabulary times
+    values = (ranks * 2654435761 + 12345) % 2**31  # a bijection on [0, 2**31): ids are not sorted by rank
+    bounds = np.linspace(0, rows, files + 1).astype(np.int64)
+    for i in range(files):
+        lo, hi = bounds[i], bounds[i + 1]
+        table = pa.table({LABEL: rng.integers(0, 2, hi - lo).astype(np.int32),
+                          "I1": rng.exponential(10, hi - lo).astype(np.float32), "C1": values[lo:hi]})
+        pq.write_table(table, os.path.join(path, f"part_{i:05d}.parquet"), row_group_size=131_072)
+    with open(marker, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
 # --- driver ------------------------------------------------------------------------------------
-def run_system(system: str, data: str, out: str, part_size: str | None) -> dict:
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def run_system(system: str, data: str, out: str, freq_threshold: int, part_size: str | None) -> dict:
     """Run one system in a fresh subprocess; its JSON line of timings and peak memory."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--system", system, "--data", data, "--out", out]
+    cmd = [sys.executable, os.path.abspath(__file__), "--system", system, "--data", data, "--out", out,
+           "--freq-threshold", str(freq_threshold)]
     if part_size:
         cmd += ["--part-size", part_size]
+    load = load_average()
+    shutil.rmtree(out, ignore_errors=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{system} failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["total_s"] = result["fit_s"] + result["transform_s"]
+    result["load"] = load
+    print(f"  {system} (freq_threshold={freq_threshold}, load average {load:.1f}): fit {result['fit_s']:.2f} s, "
+          f"transform+write {result['transform_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB, "
+          f"CPU time {result['cpu_s']:.1f} s (whole process)", flush=True)
+    return result
 
 
-def check_agreement(outputs: dict[str, str], columns=("C1", "C7", "C14", "C20", "C26", "I1", "I5", "I13", LABEL)):
+def run_alternating(systems: list[str], data: str, work: str, freq_threshold: int, repeat: int,
+                    part_size: str | None) -> tuple[dict, dict]:
+    """``repeat`` rounds of every system in turn; the best run of each, and its output directory."""
+    best: dict[str, dict] = {}
+    outputs = {s: os.path.join(work, s) for s in systems}
+    for _ in range(repeat):
+        for system in systems:
+            r = run_system(system, data, outputs[system], freq_threshold, part_size)
+            if system not in best or r["total_s"] < best[system]["total_s"]:
+                best[system] = r
+    return best, outputs
+
+
+def check_agreement(outputs: dict[str, str], data: str) -> str:
     """The outputs agree on a sample of columns (all rows): same ids, continuous values close."""
     import pyarrow.parquet as pq
 
+    cats, conts = column_roles(data)
+    columns = cats[::6] + cats[-1:] + conts[::4] + conts[-1:] + [LABEL]
+    columns = list(dict.fromkeys(columns))
+
     def read(out):
-        tables = [pq.read_table(p, columns=list(columns)) for p in data_files(out)]
+        tables = [pq.read_table(p, columns=columns) for p in data_files(out)]
         return {c: np.concatenate([t.column(c).to_numpy() for t in tables]) for c in columns}
 
     names = list(outputs)
@@ -194,8 +276,8 @@ def check_agreement(outputs: dict[str, str], columns=("C1", "C7", "C14", "C20", 
             a, b = reference[c], other[c]
             if len(a) != len(b):
                 raise AssertionError(f"{name} wrote {len(b)} rows, {names[0]} {len(a)}")
-            if c in CONTS:
-                err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            if c in conts:
+                err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if len(a) else 0.0
                 if err > 1e-4:
                     raise AssertionError(f"{name} differs from {names[0]} on {c}: max abs difference {err:.2e}")
             elif not np.array_equal(a.astype(np.int64), b.astype(np.int64)):
@@ -204,25 +286,96 @@ def check_agreement(outputs: dict[str, str], columns=("C1", "C7", "C14", "C20", 
     return f"outputs agree on {', '.join(columns)} ({len(reference[columns[0]]):,} rows, {len(names)} systems)"
 
 
+def compare(args: argparse.Namespace, systems: list[str]) -> None:
+    """The comparison table at each freq_threshold."""
+    data = raw_criteo(args.data, args.rows, args.files)
+    for freq_threshold in args.freq_threshold:
+        print(f"\nfreq_threshold={freq_threshold}: {args.repeat} round(s) of {', '.join(systems)}", flush=True)
+        results, outputs = run_alternating(systems, data, args.work, freq_threshold, args.repeat, args.part_size)
+        if len(outputs) > 1:
+            print(check_agreement(outputs, data), flush=True)
+        base = results.get("pandas", {}).get("total_s")
+        polars = results.get("polars", {}).get("total_s")
+        table = [[s, r["fit_s"], r["transform_s"], r["total_s"], f"{args.rows / r['total_s'] / 1e6:.2f}M",
+                  round(r["peak_rss_mb"]), r["cpu_s"], r["load"], f"{base / r['total_s']:.2f}x" if base else "-",
+                  f"{polars / r['total_s']:.2f}x" if polars else "-"]
+                 for s, r in results.items()]
+        print(f"\nCriteo workflow, Categorify(freq_threshold={freq_threshold}), {args.rows:,} rows in {args.files} "
+              f"files, {os.cpu_count()} CPU cores, {COMPRESSION} output, best of {args.repeat} alternating run(s) "
+              "(CPU s: user+sys of the whole process, imports included; load: load average at the run's start):")
+        print_table(["system", "fit s", "transform+write s", "total s", "rows/s", "peak RSS MB", "CPU s", "load",
+                     "vs pandas", "vs polars"], table)
+        if not args.keep:
+            for out in outputs.values():
+                shutil.rmtree(out, ignore_errors=True)
+
+
+def fitted_exponent(sizes: list[int], seconds: list[float]) -> float:
+    """The slope of the least-squares line through (log size, log seconds)."""
+    return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0]) if len(sizes) > 1 else float("nan")
+
+
+def scaling(args: argparse.Namespace, systems: list[str]) -> None:
+    """Time and peak memory against the number of rows and the vocabulary size, with fitted exponents."""
+    freq_threshold = args.freq_threshold[-1]
+    cases = [("rows", n, raw_criteo(f"{args.data}-scaling-{n}", n, args.files)) for n in args.scaling_rows]
+    cases += [("vocabulary", v, vocabulary_data(f"{args.data}-vocabulary-{v}", args.vocab_rows, v, args.files))
+              for v in args.vocab_sizes]
+    measured: dict[tuple[str, str, int], dict] = {}
+    for axis, size, data in cases:
+        what = f"{size:,} Criteo rows" if axis == "rows" else f"{args.vocab_rows:,} rows, {size:,} distinct values"
+        print(f"\n{what}, freq_threshold={freq_threshold}:", flush=True)
+        results, outputs = run_alternating(systems, data, args.work, freq_threshold, args.repeat, args.part_size)
+        if len(outputs) > 1:
+            print(check_agreement(outputs, data), flush=True)
+        for system, r in results.items():
+            measured[(system, axis, size)] = r
+        for out in outputs.values():
+            shutil.rmtree(out, ignore_errors=True)
+    table = []
+    for axis, size, _ in cases:
+        label = f"{size / 1e6:g}M rows" if axis == "rows" else f"{size / 1e6:g}M values ({args.vocab_rows / 1e6:g}M rows)"
+        for system in systems:
+            r = measured[(system, axis, size)]
+            table.append([label, system, r["total_s"], round(r["peak_rss_mb"]), r["load"]])
+    print(f"\nScaling, Categorify(freq_threshold={freq_threshold}), best of {args.repeat} alternating run(s):")
+    print_table(["data", "system", "total s", "peak RSS MB", "load"], table)
+    exponents = []
+    for system in systems:
+        a = fitted_exponent(args.scaling_rows, [measured[(system, "rows", n)]["total_s"] for n in args.scaling_rows])
+        b = fitted_exponent(args.vocab_sizes, [measured[(system, "vocabulary", v)]["total_s"] for v in args.vocab_sizes])
+        exponents.append([system, f"{a:.2f}", f"{b:.2f}"])
+    print("\nFitted exponents (least squares on logs): time ~ rows**a, time ~ vocabulary**b")
+    print_table(["system", "a (rows)", "b (vocabulary)"], exponents)
+
+
+def int_list(text: str) -> list[int]:
+    return [int(float(v)) for v in text.split(",") if v.strip()]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--data", default=DEFAULT_RAW_CRITEO, help="raw data directory (written once)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per system; the best is reported")
+    parser.add_argument("--freq-threshold", type=int_list, default=[0, 2],
+                        help="Categorify freq_threshold, comma-separated (default 0,2; --scaling uses the last)")
+    parser.add_argument("--repeat", type=int, default=1, help="alternating rounds of all systems; the best is reported")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
     parser.add_argument("--part-size", default=None, help="tabloader Dataset part_size (default: the library's)")
     parser.add_argument("--work", default="/tmp/tabloader-bench/workflow-out", help="where outputs are written")
     parser.add_argument("--keep", action="store_true", help="keep the outputs")
+    parser.add_argument("--scaling", action="store_true", help="time and memory against rows and vocabulary size")
+    parser.add_argument("--scaling-rows", type=int_list, default=[1_000_000, 5_000_000, 20_000_000])
+    parser.add_argument("--vocab-sizes", type=int_list, default=[100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--vocab-rows", type=int, default=20_000_000)
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.system:  # child process: run one system, print one JSON line
-        if args.system == "tabloader":
-            fit_s, transform_s = run_tabloader(args.data, args.out, args.part_size)
-        else:
-            fit_s, transform_s = RUNNERS[args.system](args.data, args.out)
+        kwargs = {"part_size": args.part_size} if args.system == "tabloader" else {}
+        fit_s, transform_s = RUNNERS[args.system](args.data, args.out, args.freq_threshold[0], **kwargs)
         import resource
 
         cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
@@ -234,37 +387,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         parser.error(f"unknown system(s) {sorted(unknown)}; choose from {SYSTEMS}")
-    data = raw_criteo(args.data, args.rows, args.files)
-    rows = args.rows
+    if args.repeat < 1 or not args.freq_threshold:
+        parser.error("--repeat must be >= 1 and --freq-threshold must name at least one value")
     os.makedirs(args.work, exist_ok=True)
-    results, outputs = {}, {}
-    for system in systems:
-        out = os.path.join(args.work, system)
-        best = None
-        for _ in range(args.repeat):
-            shutil.rmtree(out, ignore_errors=True)
-            r = run_system(system, data, out, args.part_size)
-            r["total_s"] = r["fit_s"] + r["transform_s"]
-            print(f"{system}: fit {r['fit_s']:.2f} s, transform+write {r['transform_s']:.2f} s, "
-                  f"peak RSS {r['peak_rss_mb']:.0f} MB, CPU time {r['cpu_s']:.1f} s (whole process)", flush=True)
-            best = r if best is None or r["total_s"] < best["total_s"] else best
-        results[system], outputs[system] = best, out
-    if len(outputs) > 1:
-        print(check_agreement(outputs), flush=True)
-    base = results.get("pandas", {}).get("total_s")
-    table = [[s, r["fit_s"], r["transform_s"], r["total_s"], f"{rows / r['total_s'] / 1e6:.2f}M",
-              round(r["peak_rss_mb"]), r["cpu_s"], f"{base / r['total_s']:.2f}x" if base else "-"]
-             for s, r in results.items()]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nCriteo workflow, {rows:,} rows in {args.files} files, {os.cpu_count()} CPU cores"
-          f"{', best of ' + str(args.repeat) if args.repeat > 1 else ', one run'} (load average {load:.1f}; "
-          "CPU s: user+sys of the whole process, imports included):")
-    print_table(["system", "fit s", "transform+write s", "total s", "rows/s", "peak RSS MB", "CPU s",
-                 "speed-up vs pandas"],
-                table)
-    if not args.keep:
-        for out in outputs.values():
-            shutil.rmtree(out, ignore_errors=True)
+    (scaling if args.scaling else compare)(args, systems)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,21 @@ def frame_device(frame: Any) -> str:
     return "cuda" if is_gpu_object(frame) else "cpu"
 
 
+# --- categorical encoding ---------------------------------------------------------------
+def encoding_for(data: Any) -> Any:
+    """The categorical-encoding implementation for ``data`` (a frame, series or array):
+    :mod:`tabloader.encoding.gpu` for cuDF/CuPy data, :mod:`tabloader.encoding.cpu` otherwise.
+
+    Both modules offer the same primitives (see :mod:`tabloader.encoding`), so operators call
+    them without branching on the device.
+
+    Example:
+        >>> encoding_for(pd.Series([1, 2])).__name__
+        'tabloader.encoding.cpu'
+    """
+    return importlib.import_module("tabloader.encoding.gpu" if is_gpu_object(data) else "tabloader.encoding.cpu")
+
+
 # --- dataframes -------------------------------------------------------------------------
 def concat(frames: Sequence[Any], **kwargs: Any) -> Any:
     """Concatenate frames of one library."""
@@ -466,8 +481,6 @@ def is_list_dtype(dtype: Any) -> bool:
 
 def _nullable_type_for_arrow(arrow_type: Any) -> Any:
     """pandas nullable dtypes for arrow integers and booleans (so nulls do not turn them into floats)."""
-    import pyarrow as pa
-
     if has_nullable_dtype(arrow_type):
         return {
             "int8": pd.Int8Dtype(), "int16": pd.Int16Dtype(), "int32": pd.Int32Dtype(), "int64": pd.Int64Dtype(),

@@ -17,67 +17,10 @@ from tabloader.ops.hashing import HashBucket, HashedCross
 from tabloader.ops.target_encoding import TargetEncoding, fold_of, full_data_workflow
 from tabloader.workflow import Workflow
 
-M64 = (1 << 64) - 1
+from encoding_reference import expected_ids, is_null, py_cross, py_hash
 
 
-# --- independent reference implementations ------------------------------------------------
-def splitmix64(x: int) -> int:
-    z = (x + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def fnv1a(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & M64
-    return h
-
-
-def py_hash(value) -> int:
-    if isinstance(value, str):
-        return splitmix64(fnv1a(value.encode("utf-8")))
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return splitmix64(int(value) & M64)
-
-
-def py_cross(values) -> int:
-    null = 0x9AE16A3B2F90404F
-    hs = [null if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else py_hash(v) for v in values]
-    h = hs[0]
-    for x in hs[1:]:
-        h = splitmix64((h * 31 + x) & M64)
-    return h
-
-
-def is_null(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
-
-
-def expected_ids(values, fit_values=None, freq_threshold=0, max_size=0, num_buckets=1):
-    """Categorify ids computed with pandas value_counts and a dict."""
-    fit = pd.Series(list(values if fit_values is None else fit_values), dtype=object)
-    counts = fit[~fit.map(is_null)].value_counts()
-    table = pd.DataFrame({"value": counts.index, "count": counts.to_numpy()})
-    table = table.sort_values(["count", "value"], ascending=[False, True], kind="stable")
-    if freq_threshold:
-        table = table[table["count"] >= freq_threshold]
-    if max_size:
-        table = table.head(max_size)
-    ids = {v: 2 + num_buckets + i for i, v in enumerate(table["value"])}
-    out = []
-    for v in values:
-        if is_null(v):
-            out.append(1)
-        elif v in ids:
-            out.append(ids[v])
-        else:
-            out.append(2 + (py_hash(v) % num_buckets if num_buckets > 1 else 0))
-    return out, 2 + num_buckets + len(ids)
-
-
+# --- data ---------------------------------------------------------------------------------
 def sample_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     ints = pd.array(rng.zipf(1.5, n) % 50, dtype="Int64")

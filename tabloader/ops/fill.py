@@ -12,8 +12,8 @@ import warnings
 from typing import Any
 
 from tabloader import backend
+from tabloader.encoding.lists import LIST_ROW_TYPES, as_list_column
 from tabloader.ops.base import Columns, StatOperator, Operator, check_numeric, flatten_columns
-from tabloader.ops.lists import LIST_ROW_TYPES, as_list_column
 from tabloader.ops.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
 from tabloader.schema import ColumnSchema, Schema, Tags
 

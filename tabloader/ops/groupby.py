@@ -23,11 +23,8 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
+from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric, group_name
-from tabloader.ops.categorify import (ValueLookup, _arrow_to_pandas, _sum_int, as_pandas, concat_keys,
-                                      factorize_rows, group_keys, null_mask)
-from tabloader.ops.hashing import NormalizedColumn, new_frame, normalize_column
-from tabloader.ops.lists import holds_lists
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -42,27 +39,23 @@ def key_groups(columns: Columns) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def normalize_keys(op: Any, group: Sequence[str], frame: Any) -> list[NormalizedColumn]:
+def normalize_keys(op: Any, enc: Any, group: Sequence[str], frame: Any) -> list[Any]:
+    """The key columns of ``group`` normalized by the encoding implementation ``enc``."""
     cols = []
     for c in group:
         if holds_lists(frame[c]):
             raise TypeError(f"{op.label} cannot group by list column {c!r} (dtype {frame[c].dtype})")
-        cols.append(normalize_column(op, c, frame[c]))
+        cols.append(enc.normalize_column(op, c, frame[c]))
     return cols
 
 
-def split_null_rows(cols: list[NormalizedColumn]) -> tuple[np.ndarray | None, np.ndarray, list, np.ndarray]:
-    """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds).
-
-    A row with a null in any key column belongs to the null group, kept apart.
-    """
-    mask = null_mask(cols, "any")
-    valid = cols if mask is None else [c.filter(~mask) for c in cols]
-    if not len(valid[0]) or any(c.kind == "null" for c in valid):
-        return mask, np.zeros(0, np.int64), None, [c.kind for c in cols]
-    codes, first = factorize_rows([as_pandas(c) for c in valid])
-    keys = [c.take(first).values for c in valid]
-    return mask, codes, keys, [c.kind for c in cols]
+def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_columns: Sequence[str]) -> Any:
+    """The lookup of ``table``'s keys for ``prefix``, built on first use and cached by the op."""
+    cache = op.__dict__.setdefault("_lookup", {})
+    lookup = cache.get((enc.__name__, prefix))
+    if lookup is None:
+        lookup = cache[(enc.__name__, prefix)] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
+    return lookup
 
 
 def float_values(frame: Any, name: str) -> np.ndarray:
@@ -147,10 +140,11 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
         check_numeric(self, frame, self.cont_cols)
+        enc = backend.encoding_for(frame)
         partial = {}
         for prefix, group in key_groups(columns):
-            cols = normalize_keys(self, group, frame)
-            mask, codes, keys, kinds = split_null_rows(cols)
+            cols = normalize_keys(self, enc, group, frame)
+            mask, codes, keys, kinds = enc.group_rows(cols)
             rows = None if mask is None else np.flatnonzero(~mask)
             groups = None
             if keys is not None:
@@ -175,14 +169,14 @@ class JoinGroupby(CachedLookups, StatOperator):
     def _merge_groups(self, a: Any, b: Any, prefix: str) -> Any:
         if a is None or b is None:
             return a if b is None else b
-        keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], self, prefix)
-        codes, first, unique = group_keys(keys)
-        merged = self._combine(codes, len(first), a, b)
+        codes, unique, kinds = backend.encoding_for(a["count"]).union_keys(a, b, self, prefix)
+        merged = self._combine(codes, len(unique[0]), a, b)
         return {"keys": unique, "kinds": kinds, **merged}
 
     def _combine(self, codes: np.ndarray, ngroups: int, a: dict, b: dict) -> dict[str, Any]:
         """Chan's merge of the moment rows of ``a`` then ``b`` grouped by ``codes``."""
-        out: dict[str, Any] = {"count": _sum_int(codes, np.concatenate([a["count"], b["count"]]), ngroups)}
+        counts = np.concatenate([a["count"], b["count"]])
+        out: dict[str, Any] = {"count": backend.encoding_for(counts).sum_int(codes, counts, ngroups)}
         for c in self.cont_cols:
             m = np.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
@@ -208,8 +202,8 @@ class JoinGroupby(CachedLookups, StatOperator):
                 table = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
                 table = pd.concat([table, self._table(None, 0)], axis=1)
             else:
-                keys = {k: _arrow_to_pandas(v) if not isinstance(v, np.ndarray) else v
-                        for k, v in zip(key_cols, g["keys"])}
+                enc = backend.encoding_for(g["count"])
+                keys = {k: enc.keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])}
                 table = pd.concat([pd.DataFrame(keys), self._table(g, len(g["count"]))], axis=1)
             stats[prefix] = table
             nulls[prefix] = self._table(part["null"], 1) if part["null"] is not None else self._table(None, 0)
@@ -248,19 +242,17 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     # --- transform -------------------------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:
+        enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
             if not hasattr(self, "stats_") or prefix not in self.stats_:
                 raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
                                      "before transform")
             table, null = self.stats_[prefix], self.null_stats_[prefix]
-            cache = self.__dict__.setdefault("_lookup", {})
-            lookup = cache.get(prefix)
-            if lookup is None:
-                lookup = cache[prefix] = ValueLookup([table[k] for k in self._key_columns(group)], self, prefix)
-            cols = normalize_keys(self, group, frame)
+            lookup = cached_lookup(self, enc, prefix, table, self._key_columns(group))
+            cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)
-            mask = null_mask(cols, "any")
+            mask = enc.null_mask(cols, "any")
             for generic, name in zip(self._generic_names(), self._names(prefix)):
                 values = table[generic].to_numpy()
                 is_count = generic == "count"
@@ -269,7 +261,7 @@ class JoinGroupby(CachedLookups, StatOperator):
                 if mask is not None:
                     col[mask] = null[generic].iloc[0] if len(null) else fill
                 out[name] = col.astype(np.int64 if is_count else np.float64)
-        return new_frame(frame, out)
+        return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         out = []

@@ -36,9 +36,7 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
-from tabloader.ops.categorify import ValueLookup, _arrow_to_pandas, concat_keys, group_keys, null_mask
-from tabloader.ops.groupby import float_values, key_groups, normalize_keys, split_null_rows
-from tabloader.ops.hashing import new_frame
+from tabloader.ops.groupby import cached_lookup, float_values, key_groups, normalize_keys
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 
@@ -137,9 +135,10 @@ class TargetEncoding(CachedLookups, StatOperator):
         ys = [float_values(frame, t) for t in self.targets]
         folds = fold_of(frame.index, int(self.kfold), self.fold_seed)
         partial: dict[str, Any] = {"__global__": np.array([[np.sum(~np.isnan(y)), np.nansum(y)] for y in ys])}
+        enc = backend.encoding_for(frame)
         for prefix, group in key_groups(columns):
-            cols = normalize_keys(self, group, frame)
-            mask, codes, keys, kinds = split_null_rows(cols)
+            cols = normalize_keys(self, enc, group, frame)
+            mask, codes, keys, kinds = enc.group_rows(cols)
             rows = np.arange(len(frame)) if mask is None else np.flatnonzero(~mask)
             groups = None
             if keys is not None:
@@ -161,11 +160,9 @@ class TargetEncoding(CachedLookups, StatOperator):
             null = a["null"] if b["null"] is None else b["null"] if a["null"] is None else a["null"] + b["null"]
             groups = a["groups"] if b["groups"] is None else b["groups"] if a["groups"] is None else None
             if a["groups"] is not None and b["groups"] is not None:
-                keys, kinds = concat_keys(a["groups"]["keys"], a["groups"]["kinds"], b["groups"]["keys"],
-                                          b["groups"]["kinds"], self, prefix)
-                codes, first, unique = group_keys(keys)
                 sums = np.concatenate([a["groups"]["sums"], b["groups"]["sums"]])
-                merged = np.zeros((len(first),) + sums.shape[1:])
+                codes, unique, kinds = backend.encoding_for(sums).union_keys(a["groups"], b["groups"], self, prefix)
+                merged = np.zeros((len(unique[0]),) + sums.shape[1:])
                 np.add.at(merged, codes, sums)
                 groups = {"keys": unique, "kinds": kinds, "sums": merged}
             out[prefix] = {"groups": groups, "null": null}
@@ -189,8 +186,8 @@ class TargetEncoding(CachedLookups, StatOperator):
                 keys = pd.DataFrame({k: pd.Series([], dtype=object) for k in key_cols})
                 sums = np.zeros((0, len(names)))
             else:
-                keys = pd.DataFrame({k: _arrow_to_pandas(v) if not isinstance(v, np.ndarray) else v
-                                     for k, v in zip(key_cols, g["keys"])})
+                enc = backend.encoding_for(g["sums"])
+                keys = pd.DataFrame({k: enc.keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])})
                 sums = g["sums"].reshape(len(keys), -1)
             stats[prefix] = pd.concat([keys, pd.DataFrame(sums, columns=names)], axis=1)
             null = part["null"].reshape(1, -1) if part["null"] is not None else np.zeros((1, len(names)))
@@ -216,20 +213,17 @@ class TargetEncoding(CachedLookups, StatOperator):
         oof = bool(self.out_of_fold) and k > 1
         folds = fold_of(frame.index, k, self.fold_seed) if oof else None
         p = float(self.p_smooth)
+        enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
             if not hasattr(self, "stats_") or prefix not in self.stats_:
                 raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
                                      "before transform")
             table = self.stats_[prefix]
-            cache = self.__dict__.setdefault("_lookup", {})
-            lookup = cache.get(prefix)
-            if lookup is None:
-                lookup = cache[prefix] = ValueLookup([table[c] for c in table.columns if c.startswith("__key_")],
-                                                     self, prefix)
-            cols = normalize_keys(self, group, frame)
+            lookup = cached_lookup(self, enc, prefix, table, [c for c in table.columns if c.startswith("__key_")])
+            cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)
-            mask = null_mask(cols, "any")
+            mask = enc.null_mask(cols, "any")
             n = len(pos)
             for t in self.targets:
                 counts = table[[f"count_{t}_f{f}" for f in range(k)]].to_numpy()
@@ -251,7 +245,7 @@ class TargetEncoding(CachedLookups, StatOperator):
                 with np.errstate(invalid="ignore", divide="ignore"):
                     te = np.where(cnt + p > 0, (tot + p * gm) / (cnt + p), gm)
                 out[f"TE_{prefix}_{t}"] = te.astype(self.out_dtype)
-        return new_frame(frame, out)
+        return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         return Schema(ColumnSchema(name, self.out_dtype, {Tags.CONTINUOUS}) for name in self.output_column_names(columns))

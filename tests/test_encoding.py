@@ -1,0 +1,242 @@
+"""The encoding primitives (tabloader.encoding, CPU) against an independent pure-Python/pandas
+reference of the contract: random columns with nulls, split into partitions, counted, merged in
+random trees, turned into vocabularies and looked up."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tabloader import backend
+from tabloader.encoding import cpu, gpu
+from tabloader.encoding.contract import NULL_HASH
+
+from encoding_reference import expected_ids, is_null, py_cross, py_hash, reference_vocabulary
+
+OP = "Test"
+
+# --- random columns -------------------------------------------------------------------------
+# (pandas dtype, strategy of one non-null value); values repeat because they come from a small pool
+VALUE_KINDS = {
+    "Int64 small range": ("Int64", st.integers(-3, 40)),
+    "Int64 wide range": ("Int64", st.integers(-(2**63), 2**63 - 1)),
+    "UInt64 above 2**63": ("UInt64", st.integers(2**63 - 3, 2**64 - 1) | st.integers(0, 5)),
+    "float64": ("float64", st.integers(-5, 5).map(float) | st.floats(-1e20, 1e20, allow_nan=False)),
+    "str": ("str", st.text(max_size=4)),
+}
+
+
+@st.composite
+def columns(draw, kinds=tuple(VALUE_KINDS)):
+    """(pandas dtype, list of values with None for null): a column drawn from a pool of values."""
+    dtype, value = VALUE_KINDS[draw(st.sampled_from(kinds))]
+    pool = draw(st.lists(value, min_size=1, max_size=12, unique_by=lambda v: (type(v), v)))
+    values = draw(st.lists(st.sampled_from(pool) | st.none(), min_size=0, max_size=60))
+    return dtype, values
+
+
+def series(dtype: str, values: list) -> pd.Series:
+    if dtype == "float64":
+        return pd.Series([np.nan if v is None else v for v in values], dtype="float64")
+    if dtype in ("Int64", "UInt64"):  # through arrow: pd.Series(list, dtype="UInt64") rounds some values >= 2**63
+        arrow_type, pandas_type = (pa.int64(), pd.Int64Dtype()) if dtype == "Int64" else (pa.uint64(), pd.UInt64Dtype())
+        return pa.array(values, type=arrow_type).to_pandas(types_mapper={arrow_type: pandas_type}.get)
+    return pd.Series(values, dtype=dtype)
+
+
+def split(values: list, cuts: list[int]) -> list[list]:
+    """``values`` cut at the given positions (any of them may give empty partitions)."""
+    bounds = [0] + sorted(min(c, len(values)) for c in cuts) + [len(values)]
+    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def merge_in_random_tree(partials: list, rng: random.Random):
+    """Merge partials pairwise, always two neighbours picked at random: every tree shape a tree
+    reduction could take (merges are associative, neighbours keep the partition order)."""
+    partials = list(partials)
+    while len(partials) > 1:
+        i = rng.randrange(len(partials) - 1)
+        partials[i:i + 2] = [cpu.merge_counts(partials[i], partials[i + 1], OP, "c")]
+    return partials[0]
+
+
+def count(dtype: str, values: list) -> dict:
+    col = cpu.normalize_column(OP, "c", series(dtype, values))
+    return cpu.count_values([col], col.mask)
+
+
+def python_values(keys) -> list:
+    """Vocabulary keys (numpy or pyarrow) as Python values."""
+    return cpu.keys_to_pandas(keys).tolist()
+
+
+def lookup_for(keys: list) -> cpu.ValueLookup:
+    """The lookup Categorify builds: from the vocabulary as pandas columns."""
+    return cpu.ValueLookup([pd.Series(cpu.keys_to_pandas(k)) for k in keys], OP, "c")
+
+
+# --- counting, merging, vocabulary, lookup ----------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(column=columns(), cuts=st.lists(st.integers(0, 60), max_size=5), seed=st.integers(0, 2**32 - 1),
+       freq_threshold=st.integers(0, 3), max_size=st.integers(0, 4), num_buckets=st.integers(1, 4))
+def test_partitions_merged_in_any_tree_give_the_reference_vocabulary_and_ids(column, cuts, seed, freq_threshold,
+                                                                              max_size, num_buckets):
+    dtype, values = column
+    partials = [count(dtype, part) for part in split(values, cuts)]
+    merged = merge_in_random_tree(partials, random.Random(seed))
+    assert merged["nulls"] == sum(v is None for v in values)
+    reference = reference_vocabulary(values, freq_threshold, max_size)
+    if merged["keys"] is None:  # no value at all
+        assert reference == []
+        return
+    keys, counts = cpu.vocabulary(merged, freq_threshold, max_size)
+    assert list(zip(python_values(keys[0]), counts.tolist())) == reference
+
+    # every row of every partition gets the reference id; values unseen at fit are OOV
+    lookup = lookup_for(keys)
+    for part in split(values, cuts) + [values[::-1]]:
+        col = cpu.normalize_column(OP, "c", series(dtype, part))
+        ids = cpu.assign_ids(lookup.positions([col]), col.mask, num_buckets,
+                             lambda rows: cpu.hash_values(col.take(rows)), "int64")
+        assert ids.tolist() == expected_ids(part, values, freq_threshold, max_size, num_buckets)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=columns(("Int64 small range", "str")), b=columns(("Int64 small range", "float64")),
+       cuts=st.lists(st.integers(0, 60), max_size=3), seed=st.integers(0, 2**32 - 1), num_buckets=st.integers(1, 3))
+def test_combinations_of_columns_give_the_reference_vocabulary_and_ids(a, b, cuts, seed, num_buckets):
+    n = min(len(a[1]), len(b[1]))
+    (dtype_a, values_a), (dtype_b, values_b) = (a[0], a[1][:n]), (b[0], b[1][:n])
+
+    def normalized(lo: int, hi: int) -> list:
+        return [cpu.normalize_column(OP, c, series(dtype, vals[lo:hi]))
+                for c, (dtype, vals) in zip("ab", [(dtype_a, values_a), (dtype_b, values_b)])]
+
+    bounds = [0] + sorted(min(c, n) for c in cuts) + [n]
+    partials = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        cols = normalized(lo, hi)
+        partials.append(cpu.count_values(cols, cpu.null_mask(cols, "any")))
+    merged = merge_in_random_tree(partials, random.Random(seed))
+    rows = list(zip(values_a, values_b))
+    reference = reference_vocabulary(rows)
+    assert merged["nulls"] == sum(x is None or y is None for x, y in rows)
+    if merged["keys"] is None:
+        assert reference == []
+        return
+    keys, counts = cpu.vocabulary(merged, 0, 0)
+    assert list(zip(zip(*[python_values(k) for k in keys]), counts.tolist())) == reference
+
+    cols = normalized(0, n)
+    ids = cpu.assign_ids(lookup_for(keys).positions(cols), cpu.null_mask(cols, "any"), num_buckets,
+                         lambda r: cpu.cross_hash([c.take(r) for c in cols]), "int64")
+    assert ids.tolist() == expected_ids(rows, num_buckets=num_buckets)[0]
+
+
+def test_merging_counts_of_strings_and_numbers_is_a_clear_error():
+    with pytest.raises(TypeError, match="Test: column 'c' holds strings in some partitions and numbers in others"):
+        cpu.merge_counts(count("str", ["a"]), count("Int64", [1]), OP, "c")
+
+
+def test_strings_are_not_found_by_numbers_and_the_error_names_the_column():
+    lookup = lookup_for([pa.array(["1", "2"])])
+    with pytest.raises(TypeError, match="Test: column 'c' was fit on strings but now holds numbers"):
+        lookup.positions([cpu.normalize_column(OP, "c", pd.Series([1, 2]))])
+
+
+@pytest.mark.parametrize("keys", [[-(2**63), -(2**63) + 2], [2**63 - 1, 2**63 - 3], [0, 1, 2, 3], [-(2**63), 5], [2**40, 7]])
+def test_integer_keys_dense_or_sparse_at_the_ends_of_int64(keys):
+    lookup = lookup_for([np.array(keys, dtype=np.int64)])
+    query = [2**63 - 1, -(2**63), -(2**63) + 1, 2**63 - 3, 5, 3, 2**40, -1, 7]
+    col = cpu.normalize_column(OP, "c", series("Int64", query + [None]))
+    assert lookup.positions([col]).tolist() == [keys.index(q) if q in keys else -1 for q in query] + [-1]
+
+
+def test_integers_match_by_value_whatever_their_width():
+    lookup = lookup_for([np.array([2**64 - 1, 7, 0], dtype=np.uint64)])
+    query = pd.Series([-1, 7, 0, 2**62, 5], dtype="int64")  # -1 has the bits of 2**64 - 1, but is not it
+    assert lookup.positions([cpu.normalize_column(OP, "c", query)]).tolist() == [-1, 1, 2, -1, -1]
+    floats = pd.Series([7.0, 7.5, float(2**64 - 1), -0.0])
+    assert lookup.positions([cpu.normalize_column(OP, "c", floats)]).tolist() == [1, -1, -1, 2]
+
+
+# --- keys of several columns: grouping rows, uniting partials ---------------------------------
+@settings(max_examples=60, deadline=None)
+@given(a=columns(("Int64 small range", "str", "UInt64 above 2**63")), b=columns(("Int64 wide range", "str")))
+def test_group_rows_and_union_keys_match_pandas_groupby(a, b):
+    n = min(len(a[1]), len(b[1]))
+    half = n // 2
+    frames = [pd.DataFrame({"a": series(a[0], a[1][lo:hi]), "b": series(b[0], b[1][lo:hi])})
+              for lo, hi in [(0, half), (half, n)]]
+    partials = []
+    for frame in frames:
+        cols = [cpu.normalize_column(OP, c, frame[c]) for c in "ab"]
+        mask, codes, keys, kinds = cpu.group_rows(cols)
+        valid = frame[~mask] if mask is not None else frame
+        assert mask is None or mask.tolist() == [is_null(x) or is_null(y) for x, y in zip(frame["a"], frame["b"])]
+        if keys is None:
+            assert len(valid) == 0
+            continue
+        # rows of one group hold one key, and the key is theirs
+        key_rows = list(zip(*[python_values(k) for k in keys]))
+        assert [key_rows[c] for c in codes] == list(zip(valid["a"].tolist(), valid["b"].tolist()))
+        assert len(set(key_rows)) == len(key_rows)
+        partials.append({"keys": keys, "kinds": kinds})
+    if len(partials) == 2:
+        codes, unique, _ = cpu.union_keys(partials[0], partials[1], OP, "a_b")
+        unique_rows = list(zip(*[python_values(k) for k in unique]))
+        both = [row for p in partials for row in zip(*[python_values(k) for k in p["keys"]])]
+        assert [unique_rows[c] for c in codes] == both
+        assert sorted(set(both), key=repr) == sorted(unique_rows, key=repr)
+
+
+# --- hashing ------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(column=columns())
+def test_hashes_match_the_python_reference(column):
+    dtype, values = column
+    col = cpu.normalize_column(OP, "c", series(dtype, values))
+    expected = [NULL_HASH if v is None else py_hash(v) for v in values]
+    assert [int(h) for h in cpu.hash_values(col)] == expected
+
+
+def test_cross_hash_matches_the_python_reference():
+    a = pd.Series([1, None, 3, None], dtype="Int64")
+    b = pd.Series(["x", "y", None, None], dtype="str")
+    cols = [cpu.normalize_column(OP, c, s) for c, s in [("a", a), ("b", b)]]
+    expected = [py_cross([x, y]) for x, y in zip(a.tolist(), b.tolist())]
+    assert [int(h) for h in cpu.cross_hash(cols)] == expected
+
+
+# --- lists ----------------------------------------------------------------------------------
+def test_list_elements_are_counted_and_encoded_keeping_the_lists():
+    lists = pd.Series([[3, 1], None, [], [1, 1, None], [2]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))
+    elements = [3, 1, 1, 1, None, 2]
+    col = cpu.normalize_elements(OP, "l", lists)
+    merged = cpu.count_values([col], col.mask)
+    keys, counts = cpu.vocabulary(merged, 0, 0)
+    assert list(zip(python_values(keys[0]), counts.tolist())) == reference_vocabulary(elements)
+    lookup = lookup_for(keys)
+
+    def encode(c):
+        return cpu.assign_ids(lookup.positions([c]), c.mask, 1, None, "int64")
+
+    out = cpu.map_column(OP, "l", lists, encode)
+    ids = iter(expected_ids(elements)[0])
+    assert out.tolist() == [row if row is pd.NA else [next(ids) for _ in row] for row in lists.tolist()]
+
+
+# --- the implementation seam --------------------------------------------------------------
+def test_backend_picks_the_cpu_implementation_for_host_data():
+    assert backend.encoding_for(pd.DataFrame({"a": [1]})) is cpu
+    assert backend.encoding_for(np.zeros(3)) is cpu
+
+
+def test_gpu_implementation_offers_every_cpu_primitive():
+    for name in cpu.__all__:
+        assert callable(getattr(gpu, name)), name
