@@ -597,3 +597,16 @@ def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMEN
     itemsize = np.dtype(dtype).itemsize
     per_row = -(-rows * itemsize // alignment) * alignment // itemsize
     return aligned_empty((ncols, max(per_row, 1)), dtype, alignment)[:, :rows]
+
+
+# --- operator helpers of the seam, kept in tabloader.columnar ------------------------------
+_COLUMNAR = ("ListLayout", "list_layout", "build_list", "gather_lists", "take_values", "concat_values",
+             "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :mod:`tabloader.columnar` (list layouts, statistics leaving the device,
+    where operators run), part of the seam; looked up on use, as that module imports this one."""
+    if name in _COLUMNAR:
+        return getattr(importlib.import_module("tabloader.columnar"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -154,14 +154,15 @@ def exact_ints(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndar
     """
     if values.dtype == dtype:
         return values, None
+    xp = backend.array_lib(values)  # numpy, or CuPy for the GPU implementation
     if values.dtype.kind == "f":
         low, high = (-(2.0**63), 2.0**63) if dtype.kind == "i" else (0.0, 2.0**64)
-        fits = (np.floor(values) == values) & (values >= low) & (values < high)
+        fits = (xp.floor(values) == values) & (values >= low) & (values < high)
     elif dtype.kind == "u":
         fits = values >= 0
     else:
         fits = values <= np.iinfo(np.int64).max
-    return np.where(fits, values, 0).astype(dtype), None if fits.all() else fits
+    return xp.where(fits, values, 0).astype(dtype), None if bool(fits.all()) else fits
 
 
 def _is_arrow_string(dtype: Any) -> bool:
@@ -171,13 +172,25 @@ def _is_arrow_string(dtype: Any) -> bool:
                                                  or pa.types.is_large_string(dtype.pyarrow_dtype))
 
 
-def null_mask(cols: Sequence[NormalizedColumn], how: str = "any") -> np.ndarray | None:
+def null_mask(cols: Sequence[Any], how: str = "any") -> Any:
+    """Rows null in ``any`` (or ``all``) of the normalized columns ``cols``; None when there are
+    none. Numpy or CuPy masks alike.
+
+    Example:
+        >>> cols = [NormalizedColumn("int", np.zeros(2), np.array([True, False])),
+        ...         NormalizedColumn("int", np.zeros(2), None)]
+        >>> null_mask(cols).tolist(), null_mask(cols, "all")
+        ([True, False], None)
+    """
     masks = [c.mask for c in cols if c.mask is not None]
     if how == "all" and len(masks) < len(cols):
         return None
     if not masks:
         return None
-    return np.logical_or.reduce(masks) if how == "any" else np.logical_and.reduce(masks)
+    out = masks[0]
+    for mask in masks[1:]:
+        out = (out | mask) if how == "any" else (out & mask)
+    return out
 
 
 def as_pandas(col: NormalizedColumn) -> Any:

@@ -176,11 +176,7 @@ def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: An
     int64 or uint64, see :func:`~tabloader.encoding.cpu.columns.common_int_dtype`)."""
     import pyarrow as pa
 
-    kinds = []
-    for ka, kb in zip(a_kinds, b_kinds):
-        if (ka == "str") != (kb == "str"):
-            raise TypeError(f"{label_of(op)}: column {what!r} holds strings in some partitions and numbers in others")
-        kinds.append("float" if "float" in (ka, kb) else ka)
+    kinds = check_kinds_merge(a_kinds, b_kinds, op, what)
     keys = []
     for i, kind in enumerate(kinds):
         if kind == "str":
@@ -191,6 +187,17 @@ def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: An
             dtype = np.float64 if kind == "float" else common_int_dtype(pair, op, what)
             keys.append(np.concatenate([k.astype(dtype, copy=False) for k in pair]))
     return keys, kinds
+
+
+def check_kinds_merge(a_kinds: list, b_kinds: list, op: Any, what: Any) -> list:
+    """The kinds of the key columns of two merged partials (float if either is float); a
+    TypeError naming the operator and column when one holds strings and the other numbers."""
+    kinds = []
+    for ka, kb in zip(a_kinds, b_kinds):
+        if (ka == "str") != (kb == "str"):
+            raise TypeError(f"{label_of(op)}: column {what!r} holds strings in some partitions and numbers in others")
+        kinds.append("float" if "float" in (ka, kb) else ka)
+    return kinds
 
 
 def group_keys(keys: list) -> tuple[np.ndarray, np.ndarray, list]:

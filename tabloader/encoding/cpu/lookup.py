@@ -62,10 +62,7 @@ class ValueLookup:
     def _find(self, level: Any, col: NormalizedColumn) -> np.ndarray:
         if len(level) == 0 or col.kind == "null":
             return np.full(len(col), -1, dtype=np.int64)
-        if (level.kind == "str") != (col.kind == "str"):
-            raise TypeError(f"{label_of(self.op)}: column {self.what!r} was fit on "
-                            f"{'strings' if level.kind == 'str' else 'numbers'} but now holds "
-                            f"{'strings' if col.kind == 'str' else 'numbers'}")
+        check_query_kind(self.op, self.what, level.kind, col.kind)
         return level.find(col.values)
 
     def positions(self, cols: Sequence[NormalizedColumn]) -> np.ndarray:
@@ -81,6 +78,13 @@ class ValueLookup:
             if c.mask is not None:
                 np.putmask(pos, c.mask, -1)
         return pos
+
+
+def check_query_kind(op: Any, what: Any, key_kind: str, query_kind: str) -> None:
+    """A TypeError naming the operator and column when strings are looked up among numbers or back."""
+    if (key_kind == "str") != (query_kind == "str"):
+        raise TypeError(f"{label_of(op)}: column {what!r} was fit on {'strings' if key_kind == 'str' else 'numbers'} "
+                        f"but now holds {'strings' if query_kind == 'str' else 'numbers'}")
 
 
 def _key_index(values: pd.Series, kind: str) -> Any:

@@ -1,0 +1,219 @@
+"""Column and array helpers whose pandas/numpy and cuDF/CuPy versions differ, for the operators.
+
+Part of the CPU/GPU seam (:mod:`tabloader.backend` re-exports every name here): operators call
+these and never branch on the device. Three concerns:
+
+* **list columns as arrays** -- :func:`list_layout` takes a list column apart into offsets, a
+  flat column of elements and the validity of each row; :func:`build_list` puts one together
+  again. On the CPU the parts are numpy arrays and a pyarrow array (the column's own buffers);
+  on the GPU CuPy arrays and a cuDF Series (the pylibcudf column's offsets and child), so a list
+  column never leaves the device.
+* **statistics leaving the device** -- :func:`stats_to_host` is the one way small fitted
+  statistics (vocabularies, group tables, sketches) are copied to the host, at ``finalize``, to
+  become the operators' fitted state (data saved as parquet/JSON). Partitions never go through
+  it.
+* **where an operator runs** -- every operator declares ``runs_on`` (the devices its
+  ``transform`` and ``fit_partial`` take data on). :func:`device_for` says where an operator
+  gets a partition and :func:`to_frame_device` moves a frame there, so a run of host-only
+  operators costs one copy of the partition to the host, not one per column or operator.
+
+Example:
+    >>> import pandas as pd, pyarrow as pa
+    >>> s = pd.Series([[1, 2], None, [3]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))
+    >>> layout = list_layout(s)
+    >>> layout.offsets.tolist(), layout.values.to_pylist(), layout.valid.tolist()
+    ([0, 2, 2, 3], [1, 2, 3], [True, False, True])
+    >>> build_list(layout.offsets, pa.array([10, 20, 30]), layout.valid, s.index, "l", like=s).tolist()
+    [[10, 20], <NA>, [30]]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from tabloader import backend
+
+#: What an operator runs on when it declares nothing: both devices (operators are written
+#: once against the API pandas and cuDF share).
+BOTH_DEVICES = frozenset({"cpu", "cuda"})
+
+
+# --- list columns ---------------------------------------------------------------------------
+@dataclasses.dataclass
+class ListLayout:
+    """A list column taken apart: ``offsets`` (int64, one more than the rows) index into
+    ``values`` (the elements: a pyarrow array on the CPU, a cuDF Series on the GPU), ``valid``
+    says which rows are lists (bool array; False for a null list) and ``lengths`` gives each
+    row's length (0 for a null list). ``arrow_type`` is the CPU column's list type (list or
+    large_list), kept by :func:`build_list`."""
+
+    offsets: Any
+    values: Any
+    valid: Any
+    lengths: Any
+    arrow_type: Any = None
+
+
+def list_layout(series: Any) -> ListLayout:
+    """The :class:`ListLayout` of a list column (pandas ArrowDtype lists or cuDF lists), uncopied."""
+    if backend.is_gpu_object(series):
+        return _gpu_list_layout(series)
+    arr = backend.list_column_to_arrow(series)
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(len(arr), dtype=bool)
+    lengths = np.diff(offsets)
+    if arr.null_count:
+        lengths = np.where(valid, lengths, 0)
+    return ListLayout(offsets, arr.values, valid, lengths, arr.type)
+
+
+def _gpu_list_layout(series: Any) -> ListLayout:
+    cudf, cp = backend.cudf(), backend.cupy()
+    column, _ = series.to_pylibcudf()
+    n, first = column.size(), column.offset()
+    if n == 0:
+        offsets = cp.zeros(1, dtype=cp.int64)
+    else:
+        # The offsets child indexes the whole child column; the rows of a sliced column start at
+        # its offset. Rebased to 0 they index list.leaves, which is the child sliced to the rows.
+        all_offsets = cudf.Series.from_pylibcudf(column.list_view().offsets()).values
+        offsets = all_offsets[first:first + n + 1].astype(cp.int64)
+        offsets -= offsets[0]
+    valid = series.notna().values if series.has_nulls else cp.ones(n, dtype=bool)
+    lengths = cp.diff(offsets)
+    if series.has_nulls:
+        lengths = cp.where(valid, lengths, 0)
+    return ListLayout(offsets, series.list.leaves.reset_index(drop=True), valid, lengths)
+
+
+def build_list(offsets: Any, values: Any, valid: Any, index: Any, name: Any, like: Any) -> Any:
+    """A list Series (pandas ArrowDtype, or cuDF when ``like`` is cuDF) of rows
+    ``values[offsets[i]:offsets[i + 1]]``, null where ``valid`` is False (None: no nulls).
+
+    ``values`` is what :func:`list_layout` gives for the library (a pyarrow array, or a cuDF
+    Series), or a numpy/CuPy array; ``like`` (the original column) gives the library and, on the
+    CPU, the list type (list or large_list) to keep.
+    """
+    if backend.is_gpu_object(like):
+        return _gpu_build_list(offsets, values, valid, index, name)
+    import pyarrow as pa
+
+    values = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(values))
+    list_type = like.dtype.pyarrow_dtype if hasattr(like.dtype, "pyarrow_dtype") else None
+    large = list_type is not None and pa.types.is_large_list(list_type)
+    if not large and len(values) >= 2**31:
+        large = True
+    array_type = pa.LargeListArray if large else pa.ListArray
+    mask = None if valid is None or valid.all() else pa.array(~valid)
+    out = array_type.from_arrays(pa.array(offsets, type=pa.int64() if large else pa.int32()), values, mask=mask)
+    return backend.list_column_from_arrow(out, index, name)
+
+
+def _gpu_build_list(offsets: Any, values: Any, valid: Any, index: Any, name: Any) -> Any:
+    cudf, cp = backend.cudf(), backend.cupy()
+    plc = pylibcudf()
+    child = values if backend.is_gpu_object(values) and not isinstance(values, cp.ndarray) else cudf.Series(values)
+    child_column, _ = child.to_pylibcudf()
+    # libcudf list offsets are int32 (size_type); the child must have at least offsets[-1] rows.
+    offsets_column = plc.Column.from_array(cp.ascontiguousarray(offsets.astype(cp.int32)))
+    mask, null_count = None, 0
+    if valid is not None and not bool(valid.all()):
+        mask, null_count = plc.transform.bools_to_mask(plc.Column.from_array(cp.ascontiguousarray(valid)))
+    column = plc.Column(plc.DataType(plc.TypeId.LIST), len(offsets) - 1, None, mask, null_count, 0,
+                        [offsets_column, child_column])
+    return cudf.Series.from_pylibcudf(column, {"name": name, "index": index})
+
+
+def pylibcudf() -> Any:
+    """The pylibcudf module (installed with cuDF), imported on first use."""
+    backend.cudf()  # the install hint of cuDF when it is missing
+    import pylibcudf as plc
+
+    return plc
+
+
+def gather_lists(layout: ListLayout, new_lengths: Any, starts: Any, extra: Any = None) -> tuple[Any, Any]:
+    """Offsets and values of lists made of runs of elements: row ``i`` takes ``new_lengths[i]``
+    elements of ``layout.values`` (followed by ``extra``, a column of the same element type)
+    from position ``starts[i]``.
+
+    Returns ``(offsets, values)`` for :func:`build_list`.
+    """
+    xp = backend.array_lib(new_lengths)
+    n = len(new_lengths)
+    offsets = xp.zeros(n + 1, dtype=xp.int64)
+    xp.cumsum(new_lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    within = xp.arange(total, dtype=xp.int64) - xp.repeat(offsets[:-1], new_lengths)
+    take = xp.repeat(starts, new_lengths) + within
+    values = layout.values if extra is None else concat_values(layout.values, extra)
+    return offsets, take_values(values, take)
+
+
+def take_values(values: Any, positions: Any) -> Any:
+    """The elements of ``values`` (a pyarrow array or a cuDF Series) at ``positions``."""
+    if backend.is_gpu_object(values):
+        return values.take(positions).reset_index(drop=True)
+    import pyarrow as pa
+
+    return values.take(pa.array(positions))
+
+
+def concat_values(values: Any, extra: Any) -> Any:
+    """``values`` followed by ``extra`` (Python values of the same element type, or a column)."""
+    if backend.is_gpu_object(values):
+        cudf = backend.cudf()
+        tail = extra if backend.is_gpu_object(extra) else cudf.Series(list(extra), dtype=values.dtype)
+        return cudf.concat([values, tail], ignore_index=True)
+    import pyarrow as pa
+
+    tail = extra if isinstance(extra, pa.Array) else pa.array(list(extra), type=values.type)
+    return pa.concat_arrays([values, tail])
+
+
+# --- statistics leaving the device ----------------------------------------------------------
+def stats_to_host(value: Any) -> Any:
+    """Small fitted statistics on the host: a CuPy array as numpy, a cuDF Series/DataFrame as
+    pandas; host values as they are. Only ``finalize`` (and sketches of partitions, which hold
+    at most a few thousand numbers) call it: partitions never leave the device.
+
+    Example:
+        >>> stats_to_host(np.arange(3)).tolist()
+        [0, 1, 2]
+    """
+    if not backend.is_gpu_object(value):
+        return value
+    if hasattr(value, "to_pandas"):
+        return value.to_pandas()
+    return backend.cupy().asnumpy(value)
+
+
+# --- where operators run --------------------------------------------------------------------
+def runs_on(op: Any) -> frozenset:
+    """The devices ``op`` takes data on: its ``runs_on`` declaration (both when it has none)."""
+    return frozenset(getattr(op, "runs_on", BOTH_DEVICES))
+
+
+def device_for(op: Any, partition: Any) -> str:
+    """Where ``op`` gets a partition of ``partition``'s device: that device when the operator
+    runs there, else the host.
+
+    Example:
+        >>> import pandas as pd
+        >>> device_for(object(), pd.DataFrame())
+        'cpu'
+    """
+    device = backend.frame_device(partition)
+    return device if device in runs_on(op) else "cpu"
+
+
+def to_frame_device(frame: Any, device: str) -> Any:
+    """``frame`` (pandas or cuDF) as a frame of ``device``: copied only when it is elsewhere."""
+    if backend.frame_device(frame) == device:
+        return frame
+    if device == "cpu":
+        return backend.to_host(frame)
+    return backend.cudf().from_pandas(frame)
