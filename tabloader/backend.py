@@ -600,8 +600,8 @@ def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMEN
 
 
 # --- operator helpers of the seam, kept in tabloader.columnar ------------------------------
-_COLUMNAR = ("ListLayout", "list_layout", "build_list", "gather_lists", "take_values", "concat_values",
-             "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
+_COLUMNAR = ("ListLayout", "list_layout", "build_list", "run_positions", "take_values", "concat_values",
+             "fill_null_elements", "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
 
 
 def __getattr__(name: str) -> Any:

@@ -135,22 +135,43 @@ def pylibcudf() -> Any:
     return plc
 
 
-def gather_lists(layout: ListLayout, new_lengths: Any, starts: Any, extra: Any = None) -> tuple[Any, Any]:
-    """Offsets and values of lists made of runs of elements: row ``i`` takes ``new_lengths[i]``
-    elements of ``layout.values`` (followed by ``extra``, a column of the same element type)
-    from position ``starts[i]``.
+def run_positions(lengths: Any, starts: Any) -> tuple[Any, Any, Any]:
+    """Lists made of runs of elements: row ``i`` takes ``lengths[i]`` elements from position
+    ``starts[i]`` (numpy or CuPy arrays).
 
-    Returns ``(offsets, values)`` for :func:`build_list`.
+    Returns the rows' ``offsets`` (for :func:`build_list`), the ``positions`` of their elements
+    (for :func:`take_values`) and each element's place ``within`` its row.
+
+    Example:
+        >>> offsets, positions, within = run_positions(np.array([2, 0, 1]), np.array([5, 0, 9]))
+        >>> offsets.tolist(), positions.tolist(), within.tolist()
+        ([0, 2, 2, 3], [5, 6, 9], [0, 1, 0])
     """
-    xp = backend.array_lib(new_lengths)
-    n = len(new_lengths)
-    offsets = xp.zeros(n + 1, dtype=xp.int64)
-    xp.cumsum(new_lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    within = xp.arange(total, dtype=xp.int64) - xp.repeat(offsets[:-1], new_lengths)
-    take = xp.repeat(starts, new_lengths) + within
-    values = layout.values if extra is None else concat_values(layout.values, extra)
-    return offsets, take_values(values, take)
+    xp = backend.array_lib(lengths)
+    offsets = xp.zeros(len(lengths) + 1, dtype=xp.int64)
+    xp.cumsum(lengths, out=offsets[1:])
+    within = xp.arange(int(offsets[-1]), dtype=xp.int64) - xp.repeat(offsets[:-1], lengths)
+    return offsets, xp.repeat(starts, lengths) + within, within
+
+
+def fill_null_elements(values: Any, value: Any) -> Any:
+    """``values`` (a pyarrow array or a cuDF Series) with null and NaN elements replaced by ``value``.
+
+    Elements of the null type (a column that only held null lists) take the type of ``value``.
+    Raises the library's error (ArrowException, TypeError, ValueError) when ``value`` does not fit.
+    """
+    if backend.is_gpu_object(values):
+        filled = values.nans_to_nulls() if values.dtype.kind == "f" else values
+        return filled.fillna(value)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_null(values.type):
+        values = pa.nulls(len(values), pa.array([value]).type)
+    missing = pc.is_null(values, nan_is_null=True)
+    if not pc.any(missing).as_py():
+        return values
+    return pc.if_else(missing, pa.scalar(value, type=values.type), values)
 
 
 def take_values(values: Any, positions: Any) -> Any:
@@ -170,6 +191,9 @@ def concat_values(values: Any, extra: Any) -> Any:
         return cudf.concat([values, tail], ignore_index=True)
     import pyarrow as pa
 
+    if pa.types.is_null(values.type) and len(extra):  # only null lists seen: take the extra's type
+        tail = extra if isinstance(extra, pa.Array) else pa.array(list(extra))
+        return pa.concat_arrays([pa.nulls(len(values), tail.type), tail])
     tail = extra if isinstance(extra, pa.Array) else pa.array(list(extra), type=values.type)
     return pa.concat_arrays([values, tail])
 

@@ -1,5 +1,5 @@
-"""List (multi-hot) columns: recognizing them, converting object columns of lists, and their
-offsets and lengths.
+"""List (multi-hot) columns: recognizing them and converting object columns of lists (their
+offsets, elements and lengths come from :func:`tabloader.backend.list_layout`).
 
 List columns are pandas ``ArrowDtype(list<...>)`` columns on the CPU (what tabloader's readers
 produce; columns of Python lists are accepted too) and cuDF list columns on the GPU; the
@@ -77,27 +77,15 @@ def as_list_column(op: Any, name: Any, series: Any, is_list: bool = False) -> An
     return backend.list_column_from_arrow(arr, series.index, series.name)
 
 
-def list_array(op: Any, frame: Any, col: str) -> Any:
-    """Column ``col`` of ``frame`` as one pyarrow list array; a TypeError naming the operator,
-    column and dtype when it is not a list column."""
+def list_column(op: Any, frame: Any, col: str) -> Any:
+    """Column ``col`` of ``frame`` as a list column (see :func:`as_list_column`); a TypeError
+    naming the operator, column and dtype when it is not one.
+
+    Example:
+        >>> list_column("op", pd.DataFrame({"l": [[1], [2, 3]]}), "l").tolist()
+        [[1], [2, 3]]
+    """
     series = as_list_column(op, col, frame[col])
     if series is None:
         raise TypeError(f"{label_of(op)} needs list columns, but column {col!r} has dtype {frame[col].dtype}")
-    return backend.list_column_to_arrow(series)
-
-
-def list_lengths(arr: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Row lengths (0 for null rows) and the validity of each row, as numpy arrays.
-
-    Example:
-        >>> import pyarrow as pa
-        >>> lengths, valid = list_lengths(pa.array([[1, 2], None, []]))
-        >>> lengths.tolist(), valid.tolist()
-        ([2, 0, 0], [True, False, True])
-    """
-    offsets = arr.offsets.to_numpy()
-    lengths = np.diff(offsets)
-    valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(len(arr), dtype=bool)
-    if arr.null_count:
-        lengths = np.where(valid, lengths, 0)
-    return lengths.astype(np.int64), valid
+    return series

@@ -35,7 +35,7 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
         value = values[col]
         lists = as_list_column(op, col, series, is_list=is_list_value(value))
         if lists is not None:
-            out[col] = _fill_lists(op, col, lists, value, frame)
+            out[col] = _fill_lists(op, col, lists, value)
             continue
         if float_fallback and getattr(series.dtype, "kind", "") in "iu" and not backend.is_plain_numeric(series) \
                 and not float(value).is_integer():  # decided by the fitted value: same dtype in every partition
@@ -53,30 +53,25 @@ def is_list_value(value: Any) -> bool:
     return isinstance(value, LIST_ROW_TYPES)
 
 
-def _fill_lists(op: Operator, col: str, series: Any, value: Any, like: Any) -> Any:
+def _fill_lists(op: Operator, col: str, series: Any, value: Any) -> Any:
     """A list column with null lists replaced by ``value`` when it is a list (else by ``[]``),
     and null or NaN elements by ``value`` when it is a scalar."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    arr = backend.list_column_to_arrow(series)
+    layout = backend.list_layout(series)
     fill_list = list(value) if is_list_value(value) else []
+    xp = backend.array_lib(layout.offsets)
     try:
-        sample = fill_list or ([] if is_list_value(value) else [value])
-        if pa.types.is_null(arr.type.value_type) and sample:  # only nulls seen: take the fill's element type
-            element = pa.array(sample).type
-            arr = arr.cast(pa.large_list(element) if pa.types.is_large_list(arr.type) else pa.list_(element))
-        missing = pc.is_null(arr.values, nan_is_null=True)
-        if not is_list_value(value) and pc.any(missing).as_py():
-            elements = pc.if_else(missing, pa.scalar(value, type=arr.type.value_type), arr.values)
-            arr = type(arr).from_arrays(arr.offsets, elements, type=arr.type,
-                                        mask=arr.is_null() if arr.null_count else None)
-        if arr.null_count:
-            arr = pc.fill_null(arr, pa.scalar(fill_list, type=arr.type))
+        values = layout.values if fill_list else backend.fill_null_elements(layout.values, value)
+        if fill_list:
+            values = backend.concat_values(values, fill_list)  # a null row takes these, appended
+        starts = xp.where(layout.valid, layout.offsets[:-1], len(layout.values))
+        offsets, take, _ = backend.run_positions(xp.where(layout.valid, layout.lengths, len(fill_list)), starts)
+        filled = backend.take_values(values, take)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise TypeError(f"{op.label} cannot fill list column {col!r} (dtype {series.dtype}) with {value!r}: "
                         f"{exc}") from exc
-    return backend.list_column_from_arrow(arr, series.index, series.name, like=like)
+    return backend.build_list(offsets, filled, None, series.index, series.name, like=series)
 
 
 def _fill_output_names(op: Any, columns: Columns) -> list[str]:

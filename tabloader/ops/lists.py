@@ -2,18 +2,17 @@
 
 List columns are pandas ``ArrowDtype(list<...>)`` columns on the CPU (what tabloader's readers
 produce; columns of Python lists are accepted too) and cuDF list columns on the GPU. Both ops
-work on the arrow arrays (offsets and values, see :mod:`tabloader.encoding.lists`), never on
-Python objects per row.
+work on the columns' offsets, elements and validity (:func:`tabloader.backend.list_layout`:
+arrow buffers on the CPU, the cuDF column's device buffers on the GPU), never on Python objects
+per row.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from tabloader import backend
-from tabloader.encoding.lists import list_array, list_lengths
+from tabloader.encoding.lists import list_column
 from tabloader.ops.base import Columns, Operator, StatOperator, flatten_columns
 from tabloader.schema import Schema
 
@@ -40,8 +39,8 @@ class ValueCount(StatOperator):
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int | None, int | None]]:
         stats = {}
         for col in flatten_columns(columns):
-            lengths, valid = list_lengths(list_array(self, frame, col))
-            lengths = lengths[valid]
+            layout = backend.list_layout(list_column(self, frame, col))
+            lengths = layout.lengths[layout.valid]
             stats[col] = (int(lengths.min()), int(lengths.max())) if lengths.size else (None, None)
         return stats
 
@@ -111,41 +110,29 @@ class ListSlice(Operator):
         return None
 
     def transform(self, columns: Columns, frame: Any) -> Any:
-        out = {}
-        for col in flatten_columns(columns):
-            arr = list_array(self, frame, col)
-            out[col] = backend.list_column_from_arrow(self._slice(arr), frame.index, col, like=frame)
+        out = {col: self._slice(list_column(self, frame, col)) for col in flatten_columns(columns)}
         return backend.frame_from_columns(out, frame.index, like=frame)
 
-    def _slice(self, arr: Any) -> Any:
-        import pyarrow as pa
-
-        n = len(arr)
-        offsets = arr.offsets.to_numpy().astype(np.int64)
-        lengths, valid = list_lengths(arr)
-        s = np.clip(lengths + self.start, 0, None) if self.start < 0 else np.minimum(self.start, lengths)
+    def _slice(self, series: Any) -> Any:
+        layout = backend.list_layout(series)
+        xp = backend.array_lib(layout.lengths)
+        lengths = layout.lengths
+        s = xp.clip(lengths + self.start, 0, None) if self.start < 0 else xp.minimum(self.start, lengths)
         if self.end is None:
             e = lengths
         else:
-            e = np.clip(lengths + self.end, 0, None) if self.end < 0 else np.minimum(self.end, lengths)
-        new_len = np.maximum(e - s, 0)
-        total = int(new_len.sum())
-        out_starts = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(new_len, out=out_starts[1:])
-        within = np.arange(total, dtype=np.int64) - np.repeat(out_starts[:-1], new_len)
-        take = np.repeat(offsets[:-1] + s, new_len) + within
-        values = arr.values
-        offset_type = np.int64 if pa.types.is_large_list(arr.type) else np.int32
+            e = xp.clip(lengths + self.end, 0, None) if self.end < 0 else xp.minimum(self.end, lengths)
+        new_len = xp.maximum(e - s, 0)
+        offsets, take, within = backend.run_positions(new_len, layout.offsets[:-1] + s)
         if not self.pad:
-            mask = pa.array(~valid) if arr.null_count else None
-            return type(arr).from_arrays(pa.array(out_starts.astype(offset_type)), values.take(pa.array(take)),
-                                         type=arr.type, mask=mask)
-        width = self._fixed_length()
-        index = np.full(n * width, len(values), dtype=np.int64)  # the pad element, appended below
-        index[np.repeat(np.arange(n, dtype=np.int64) * width, new_len) + within] = take
-        padded = pa.concat_arrays([values, pa.array([self.pad_value], type=values.type)])
-        new_offsets = np.arange(0, n * width + 1, width, dtype=offset_type) if width else np.zeros(n + 1, offset_type)
-        return type(arr).from_arrays(pa.array(new_offsets), padded.take(pa.array(index)), type=arr.type)
+            return backend.build_list(offsets, backend.take_values(layout.values, take), layout.valid, series.index,
+                                      series.name, like=series)
+        n, width = len(lengths), self._fixed_length()
+        index = xp.full(n * width, len(layout.values), dtype=xp.int64)  # the pad element, appended below
+        index[xp.repeat(xp.arange(n, dtype=xp.int64) * width, new_len) + within] = take
+        padded = backend.take_values(backend.concat_values(layout.values, [self.pad_value]), index)
+        return backend.build_list(xp.arange(n + 1, dtype=xp.int64) * width, padded, None, series.index, series.name,
+                                  like=series)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         schema = super().compute_output_schema(input_schema, columns)
