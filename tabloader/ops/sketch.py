@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from tabloader import backend
+
 DEFAULT_RELATIVE_ACCURACY = 1e-3
 DEFAULT_EXACT_LIMIT = 4096
 
@@ -95,17 +97,20 @@ class QuantileSketch:
     @classmethod
     def from_values(cls, values: Any, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
                     exact_limit: int = DEFAULT_EXACT_LIMIT) -> "QuantileSketch":
-        """A sketch of the finite entries of a numpy (or CuPy) array; NaN and +-inf are skipped."""
+        """A sketch of the finite entries of a numpy (or CuPy) array; NaN and +-inf are skipped.
+
+        A CuPy array is bucketed on the device: only the sketch (at most ``exact_limit`` values,
+        or the bucket counts) is copied to the host.
+        """
         sketch = cls(relative_accuracy, exact_limit)
-        if hasattr(values, "get") and not isinstance(values, np.ndarray):  # CuPy: bucket on the host
-            values = values.get()
-        values = np.asarray(values, dtype=np.float64).ravel()
-        finite = np.isfinite(values)
-        if not finite.all():
+        xp = backend.array_lib(values)
+        values = xp.asarray(values, dtype=xp.float64).ravel()
+        finite = xp.isfinite(values)
+        if not bool(finite.all()):
             values = values[finite]
         sketch.count = int(values.size)
         if sketch.count <= sketch.exact_limit:
-            sketch.exact = np.sort(values)
+            sketch.exact = np.sort(backend.stats_to_host(values))
         else:
             sketch._set_buckets_from(values)
         return sketch
@@ -119,22 +124,26 @@ class QuantileSketch:
     def is_exact(self) -> bool:
         return self.exact is not None
 
-    def _keys(self, magnitudes: np.ndarray) -> np.ndarray:
-        """Bucket keys ``ceil(log(m) / log(gamma))`` of positive magnitudes."""
-        logs = np.log(magnitudes)
+    def _keys(self, magnitudes: Any) -> Any:
+        """Bucket keys ``ceil(log(m) / log(gamma))`` of positive magnitudes (numpy or CuPy)."""
+        xp = backend.array_lib(magnitudes)
+        logs = xp.log(magnitudes)
         logs *= 1.0 / math.log(self.gamma)
-        return np.ceil(logs).astype(np.int64)
+        return xp.ceil(logs).astype(xp.int64)
 
     @staticmethod
-    def _count_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _count_keys(keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct keys and their counts, as host arrays (a few thousand at most)."""
         if keys.size == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        xp = backend.array_lib(keys)
         lo = int(keys.min())
-        counts = np.bincount(keys - lo)
-        present = np.flatnonzero(counts)
-        return present.astype(np.int64) + lo, counts[present].astype(np.int64)
+        counts = xp.bincount(keys - lo)
+        present = xp.flatnonzero(counts)
+        return (backend.stats_to_host(present.astype(xp.int64) + lo),
+                backend.stats_to_host(counts[present].astype(xp.int64)))
 
-    def _set_buckets_from(self, values: np.ndarray) -> None:
+    def _set_buckets_from(self, values: Any) -> None:
         pos = values[values > 0]
         neg = values[values < 0]
         self.zeros = int(values.size - pos.size - neg.size)
