@@ -230,7 +230,7 @@ class Categorify(CachedLookups, StatOperator):
         keys, counts = enc.vocabulary(stats, int(param_for(self.freq_threshold, key, 0) or 0),
                                       int(param_for(self.max_size, key, 0) or 0))
         out = {c: enc.keys_to_pandas(k) for c, k in zip(value_cols, keys)}
-        out["count"] = counts
+        out["count"] = backend.stats_to_host(counts)
         return pd.DataFrame(out)
 
     def _vocab_from_user(self, kind: str, key: str, inputs: tuple[str, ...], values: Any) -> pd.DataFrame:

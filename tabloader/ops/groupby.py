@@ -58,8 +58,26 @@ def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_colum
     return lookup
 
 
-def float_values(frame: Any, name: str) -> np.ndarray:
-    return backend.to_host(frame[name]).to_numpy(dtype=np.float64, na_value=np.nan)
+def cached_values(op: Any, like: Any, prefix: str, table: pd.DataFrame, columns: Sequence[str]) -> Any:
+    """``table[columns]`` as one float64 array of the library of ``like`` (numpy, or CuPy: the
+    fitted table is copied to the device once per process, not per partition), cached by the op."""
+    xp = backend.array_lib(like)
+    cache = op.__dict__.setdefault("_lookup", {})
+    key = (xp.__name__, prefix, tuple(columns))
+    if key not in cache:
+        cache[key] = xp.asarray(table[list(columns)].to_numpy(dtype=np.float64).reshape(len(table), len(columns)))
+    return cache[key]
+
+
+def float_values(frame: Any, name: str) -> Any:
+    """A numeric column as float64 (nulls as NaN), a numpy or CuPy array like the frame."""
+    return backend.column_values(frame[name], "float64")
+
+
+def host_arrays(stats: Any) -> Any:
+    """Partial statistics (a dict of arrays, keys and kinds) with every array on the host."""
+    return None if stats is None else {k: v if k in ("keys", "kinds") else backend.stats_to_host(v)
+                                       for k, v in stats.items()}
 
 
 class JoinGroupby(CachedLookups, StatOperator):
@@ -118,24 +136,25 @@ class JoinGroupby(CachedLookups, StatOperator):
         return [n for prefix, _ in key_groups(columns) for n in self._names(prefix)]
 
     # --- fit -------------------------------------------------------------------------------
-    def _moments(self, codes: np.ndarray, rows: np.ndarray | None, ngroups: int, frame: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": np.bincount(codes, minlength=ngroups).astype(np.int64)}
+    def _moments(self, codes: Any, rows: Any, ngroups: int, frame: Any) -> dict[str, Any]:
+        xp = backend.array_lib(codes)
+        out: dict[str, Any] = {"count": xp.bincount(codes, minlength=ngroups).astype(xp.int64)}
         for c in self.cont_cols:
             x = float_values(frame, c)
             x = x if rows is None else x[rows]
-            ok = ~np.isnan(x)
+            ok = ~xp.isnan(x)
             xc, cc = x[ok], codes[ok]
-            n = np.bincount(cc, minlength=ngroups).astype(np.float64)
-            s = np.bincount(cc, weights=xc, minlength=ngroups)
+            n = xp.bincount(cc, minlength=ngroups).astype(xp.float64)
+            s = xp.bincount(cc, weights=xc, minlength=ngroups)
             with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.where(n > 0, s / np.maximum(n, 1), 0.0)
-            m2 = np.bincount(cc, weights=(xc - mean[cc]) ** 2, minlength=ngroups)
-            mn = np.full(ngroups, np.inf)
-            mx = np.full(ngroups, -np.inf)
+                mean = xp.where(n > 0, s / xp.maximum(n, 1), 0.0)
+            m2 = xp.bincount(cc, weights=(xc - mean[cc]) ** 2, minlength=ngroups)
+            mn = xp.full(ngroups, xp.inf)
+            mx = xp.full(ngroups, -xp.inf)
             if {"min", "max"} & set(self.stats) and len(cc):
-                np.minimum.at(mn, cc, xc)
-                np.maximum.at(mx, cc, xc)
-            out[c] = np.stack([n, mean, m2, mn, mx], axis=1)
+                xp.minimum.at(mn, cc, xc)
+                xp.maximum.at(mx, cc, xc)
+            out[c] = xp.stack([n, mean, m2, mn, mx], axis=1)
         return out
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
@@ -145,14 +164,15 @@ class JoinGroupby(CachedLookups, StatOperator):
         for prefix, group in key_groups(columns):
             cols = normalize_keys(self, enc, group, frame)
             mask, codes, keys, kinds = enc.group_rows(cols)
-            rows = None if mask is None else np.flatnonzero(~mask)
+            xp = backend.array_lib(codes)
+            rows = None if mask is None else xp.flatnonzero(~mask)
             groups = None
             if keys is not None:
                 groups = {"keys": keys, "kinds": kinds, **self._moments(codes, rows, len(keys[0]), frame)}
             null = None
-            if mask is not None and mask.any():
-                null_rows = np.flatnonzero(mask)
-                null = self._moments(np.zeros(len(null_rows), np.int64), null_rows, 1, frame)
+            if mask is not None and bool(mask.any()):
+                null_rows = xp.flatnonzero(mask)
+                null = self._moments(xp.zeros(len(null_rows), xp.int64), null_rows, 1, frame)
             partial[prefix] = {"groups": groups, "null": null}
         return partial
 
@@ -162,7 +182,7 @@ class JoinGroupby(CachedLookups, StatOperator):
             a, b = left[prefix], right[prefix]
             groups = self._merge_groups(a["groups"], b["groups"], prefix)
             null = a["null"] if b["null"] is None else b["null"] if a["null"] is None else \
-                self._combine(np.zeros(2, np.int64), 1, a["null"], b["null"])
+                self._combine(backend.array_lib(a["null"]["count"]).zeros(2, np.int64), 1, a["null"], b["null"])
             out[prefix] = {"groups": groups, "null": null}
         return out
 
@@ -173,23 +193,24 @@ class JoinGroupby(CachedLookups, StatOperator):
         merged = self._combine(codes, len(unique[0]), a, b)
         return {"keys": unique, "kinds": kinds, **merged}
 
-    def _combine(self, codes: np.ndarray, ngroups: int, a: dict, b: dict) -> dict[str, Any]:
+    def _combine(self, codes: Any, ngroups: int, a: dict, b: dict) -> dict[str, Any]:
         """Chan's merge of the moment rows of ``a`` then ``b`` grouped by ``codes``."""
-        counts = np.concatenate([a["count"], b["count"]])
+        xp = backend.array_lib(codes)
+        counts = xp.concatenate([a["count"], b["count"]])
         out: dict[str, Any] = {"count": backend.encoding_for(counts).sum_int(codes, counts, ngroups)}
         for c in self.cont_cols:
-            m = np.concatenate([a[c], b[c]])
+            m = xp.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
-            n = np.bincount(codes, weights=n_i, minlength=ngroups)
+            n = xp.bincount(codes, weights=n_i, minlength=ngroups)
             with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.where(n > 0, np.bincount(codes, weights=n_i * mean_i, minlength=ngroups) / np.maximum(n, 1),
+                mean = xp.where(n > 0, xp.bincount(codes, weights=n_i * mean_i, minlength=ngroups) / xp.maximum(n, 1),
                                 0.0)
-            m2 = np.bincount(codes, weights=m2_i + n_i * (mean_i - mean[codes]) ** 2, minlength=ngroups)
-            mn = np.full(ngroups, np.inf)
-            mx = np.full(ngroups, -np.inf)
-            np.minimum.at(mn, codes, m[:, 3])
-            np.maximum.at(mx, codes, m[:, 4])
-            out[c] = np.stack([n, mean, m2, mn, mx], axis=1)
+            m2 = xp.bincount(codes, weights=m2_i + n_i * (mean_i - mean[codes]) ** 2, minlength=ngroups)
+            mn = xp.full(ngroups, xp.inf)
+            mx = xp.full(ngroups, -xp.inf)
+            xp.minimum.at(mn, codes, m[:, 3])
+            xp.maximum.at(mx, codes, m[:, 4])
+            out[c] = xp.stack([n, mean, m2, mn, mx], axis=1)
         return out
 
     def finalize(self, columns: Columns, merged: dict[str, Any]) -> None:
@@ -204,9 +225,10 @@ class JoinGroupby(CachedLookups, StatOperator):
             else:
                 enc = backend.encoding_for(g["count"])
                 keys = {k: enc.keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])}
-                table = pd.concat([pd.DataFrame(keys), self._table(g, len(g["count"]))], axis=1)
+                table = pd.concat([pd.DataFrame(keys), self._table(host_arrays(g), len(g["count"]))], axis=1)
             stats[prefix] = table
-            nulls[prefix] = self._table(part["null"], 1) if part["null"] is not None else self._table(None, 0)
+            null = host_arrays(part["null"])
+            nulls[prefix] = self._table(null, 1) if null is not None else self._table(None, 0)
         self.stats_ = stats
         self.null_stats_ = nulls
         self._lookup = {}
@@ -252,12 +274,15 @@ class JoinGroupby(CachedLookups, StatOperator):
             lookup = cached_lookup(self, enc, prefix, table, self._key_columns(group))
             cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)
+            xp = backend.array_lib(pos)
             mask = enc.null_mask(cols, "any")
-            for generic, name in zip(self._generic_names(), self._names(prefix)):
-                values = table[generic].to_numpy()
+            generics = self._generic_names()
+            values = cached_values(self, pos, prefix, table, generics)  # counts are exact in float64
+            found = values[xp.maximum(pos, 0)] if len(table) else xp.zeros((len(pos), len(generics)))
+            for j, (generic, name) in enumerate(zip(generics, self._names(prefix))):
                 is_count = generic == "count"
                 fill = 0 if is_count else np.nan
-                col = np.where(pos >= 0, values[np.maximum(pos, 0)] if len(values) else fill, fill)
+                col = xp.where(pos >= 0, found[:, j], fill)
                 if mask is not None:
                     col[mask] = null[generic].iloc[0] if len(null) else fill
                 out[name] = col.astype(np.int64 if is_count else np.float64)

@@ -36,7 +36,7 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
-from tabloader.ops.groupby import cached_lookup, float_values, key_groups, normalize_keys
+from tabloader.ops.groupby import cached_lookup, cached_values, float_values, key_groups, normalize_keys
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 
@@ -49,14 +49,14 @@ def fold_of(index: Any, kfold: int, fold_seed: int) -> np.ndarray:
         >>> sorted(set(f.tolist())), bool((fold_of(pd.RangeIndex(1000), 3, 42) == f).all())
         ([0, 1, 2], True)
     """
+    xp = backend.array_lib(index)  # a cuDF index gives its labels on the device
     if kfold <= 1:
-        return np.zeros(len(index), dtype=np.int64)
-    index = backend.to_host(index) if backend.is_gpu_object(index) else index
+        return xp.zeros(len(index), dtype=np.int64)
     if pd.api.types.is_integer_dtype(index.dtype):
-        labels = np.asarray(index, dtype=np.int64)
+        labels = index.values.astype(np.int64)
     else:
-        labels = np.arange(len(index), dtype=np.int64)
-    seed = np.full(len(labels), int(fold_seed) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
+        labels = xp.arange(len(index), dtype=np.int64)
+    seed = xp.full(len(labels), int(fold_seed) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
     return (backend.hash_combine(seed, labels.view(np.uint64)) % np.uint64(kfold)).astype(np.int64)
 
 
@@ -119,35 +119,40 @@ class TargetEncoding(CachedLookups, StatOperator):
         return [f"TE_{prefix}_{t}" for prefix, _ in key_groups(columns) for t in self.targets]
 
     # --- fit -------------------------------------------------------------------------------
-    def _sums(self, codes: np.ndarray, folds: np.ndarray, ngroups: int, ys: list[np.ndarray]) -> np.ndarray:
+    def _sums(self, codes: Any, folds: Any, ngroups: int, ys: list[Any]) -> Any:
         """Array (ngroups, targets, kfold, 2) of [count, sum] of non-null targets."""
+        xp = backend.array_lib(codes)
         k = int(self.kfold)
-        out = np.zeros((ngroups, len(ys), k, 2))
+        out = xp.zeros((ngroups, len(ys), k, 2))
         cell = codes * k + folds
         for j, y in enumerate(ys):
-            ok = ~np.isnan(y)
-            out[:, j, :, 0] = np.bincount(cell[ok], minlength=ngroups * k).reshape(ngroups, k)
-            out[:, j, :, 1] = np.bincount(cell[ok], weights=y[ok], minlength=ngroups * k).reshape(ngroups, k)
+            ok = ~xp.isnan(y)
+            out[:, j, :, 0] = xp.bincount(cell[ok], minlength=ngroups * k).reshape(ngroups, k)
+            out[:, j, :, 1] = xp.bincount(cell[ok], weights=y[ok], minlength=ngroups * k).reshape(ngroups, k)
         return out
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
         check_numeric(self, frame, self.targets)
         ys = [float_values(frame, t) for t in self.targets]
+        xp = backend.array_lib(ys[0])
         folds = fold_of(frame.index, int(self.kfold), self.fold_seed)
-        partial: dict[str, Any] = {"__global__": np.array([[np.sum(~np.isnan(y)), np.nansum(y)] for y in ys])}
+        totals = xp.zeros((len(ys), 2))
+        for j, y in enumerate(ys):
+            totals[j, 0], totals[j, 1] = (~xp.isnan(y)).sum(), xp.nansum(y)
+        partial: dict[str, Any] = {"__global__": totals}
         enc = backend.encoding_for(frame)
         for prefix, group in key_groups(columns):
             cols = normalize_keys(self, enc, group, frame)
             mask, codes, keys, kinds = enc.group_rows(cols)
-            rows = np.arange(len(frame)) if mask is None else np.flatnonzero(~mask)
+            rows = xp.arange(len(frame)) if mask is None else xp.flatnonzero(~mask)
             groups = None
             if keys is not None:
                 groups = {"keys": keys, "kinds": kinds,
                           "sums": self._sums(codes, folds[rows], len(keys[0]), [y[rows] for y in ys])}
             null = None
-            if mask is not None and mask.any():
-                nr = np.flatnonzero(mask)
-                null = self._sums(np.zeros(len(nr), np.int64), folds[nr], 1, [y[nr] for y in ys])
+            if mask is not None and bool(mask.any()):
+                nr = xp.flatnonzero(mask)
+                null = self._sums(xp.zeros(len(nr), np.int64), folds[nr], 1, [y[nr] for y in ys])
             partial[prefix] = {"groups": groups, "null": null}
         return partial
 
@@ -160,10 +165,11 @@ class TargetEncoding(CachedLookups, StatOperator):
             null = a["null"] if b["null"] is None else b["null"] if a["null"] is None else a["null"] + b["null"]
             groups = a["groups"] if b["groups"] is None else b["groups"] if a["groups"] is None else None
             if a["groups"] is not None and b["groups"] is not None:
-                sums = np.concatenate([a["groups"]["sums"], b["groups"]["sums"]])
+                sums = backend.array_lib(a["groups"]["sums"]).concatenate([a["groups"]["sums"], b["groups"]["sums"]])
                 codes, unique, kinds = backend.encoding_for(sums).union_keys(a["groups"], b["groups"], self, prefix)
-                merged = np.zeros((len(unique[0]),) + sums.shape[1:])
-                np.add.at(merged, codes, sums)
+                xp = backend.array_lib(sums)
+                merged = xp.zeros((len(unique[0]),) + sums.shape[1:])
+                xp.add.at(merged, codes, sums)
                 groups = {"keys": unique, "kinds": kinds, "sums": merged}
             out[prefix] = {"groups": groups, "null": null}
         return out
@@ -172,7 +178,7 @@ class TargetEncoding(CachedLookups, StatOperator):
         return [f"{kind}_{t}_f{f}" for t in self.targets for f in range(int(self.kfold)) for kind in ("count", "sum")]
 
     def finalize(self, columns: Columns, merged: dict[str, Any]) -> None:
-        glob = merged["__global__"]
+        glob = backend.stats_to_host(merged["__global__"])
         with np.errstate(invalid="ignore", divide="ignore"):
             self.global_mean_ = {t: float(glob[j, 1] / glob[j, 0]) if glob[j, 0] else float("nan")
                                  for j, t in enumerate(self.targets)}
@@ -188,9 +194,10 @@ class TargetEncoding(CachedLookups, StatOperator):
             else:
                 enc = backend.encoding_for(g["sums"])
                 keys = pd.DataFrame({k: enc.keys_to_pandas(v) for k, v in zip(key_cols, g["keys"])})
-                sums = g["sums"].reshape(len(keys), -1)
+                sums = backend.stats_to_host(g["sums"]).reshape(len(keys), -1)
             stats[prefix] = pd.concat([keys, pd.DataFrame(sums, columns=names)], axis=1)
-            null = part["null"].reshape(1, -1) if part["null"] is not None else np.zeros((1, len(names)))
+            null = backend.stats_to_host(part["null"]).reshape(1, -1) if part["null"] is not None else \
+                np.zeros((1, len(names)))
             nulls[prefix] = pd.DataFrame(null, columns=names)
         self.stats_ = stats
         self.null_stats_ = nulls
@@ -223,27 +230,26 @@ class TargetEncoding(CachedLookups, StatOperator):
             lookup = cached_lookup(self, enc, prefix, table, [c for c in table.columns if c.startswith("__key_")])
             cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)
+            xp = backend.array_lib(pos)
             mask = enc.null_mask(cols, "any")
             n = len(pos)
             for t in self.targets:
-                counts = table[[f"count_{t}_f{f}" for f in range(k)]].to_numpy()
-                sums = table[[f"sum_{t}_f{f}" for f in range(k)]].to_numpy()
-                null = self.null_stats_[prefix]
-                null_c = null[[f"count_{t}_f{f}" for f in range(k)]].to_numpy()[0]
-                null_s = null[[f"sum_{t}_f{f}" for f in range(k)]].to_numpy()[0]
-                c = np.zeros((n, k))
-                s = np.zeros((n, k))
+                names = [f"count_{t}_f{f}" for f in range(k)] + [f"sum_{t}_f{f}" for f in range(k)]
+                table_cs = cached_values(self, pos, prefix, table, names)  # on the device once per process
+                null_cs = cached_values(self, pos, prefix + "\0null", self.null_stats_[prefix], names)[0]
+                cs = xp.zeros((n, 2 * k))
                 seen = pos >= 0
-                c[seen], s[seen] = counts[pos[seen]], sums[pos[seen]]
+                cs[seen] = table_cs[pos[seen]]
                 if mask is not None:
-                    c[mask], s[mask] = null_c, null_s
+                    cs[mask] = null_cs
+                c, s = cs[:, :k], cs[:, k:]
                 cnt, tot = c.sum(axis=1), s.sum(axis=1)
                 if oof:
-                    rows = np.arange(n)
+                    rows = xp.arange(n)
                     cnt, tot = cnt - c[rows, folds], tot - s[rows, folds]
                 gm = self.global_mean_[t]
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    te = np.where(cnt + p > 0, (tot + p * gm) / (cnt + p), gm)
+                    te = xp.where(cnt + p > 0, (tot + p * gm) / (cnt + p), gm)
                 out[f"TE_{prefix}_{t}"] = te.astype(self.out_dtype)
         return backend.frame_from_columns(out, frame.index, like=frame)
 
