@@ -282,10 +282,14 @@ class OpNode(Node):
         return out[columns.output]
 
     def operator_input(self, columns: NodeColumns, frame: Any, parent_output: Any) -> Any:
-        """The frame the operator gets: its parent's output, plus the dependency columns of ``frame``."""
+        """The frame the operator gets: its parent's output, plus the dependency columns of ``frame``,
+        on the device the operator runs on (a host-only operator gets GPU partitions on the host;
+        a run of them shares one copy, as each passes its host output on)."""
+        device = backend.device_for(self.op, frame)
+        parent_output = backend.to_frame_device(parent_output, device)
         if not columns.dependency:
             return parent_output
-        extra = frame.loc[parent_output.index, columns.dependency]
+        extra = backend.to_frame_device(frame[columns.dependency], device).loc[parent_output.index]
         return backend.concat([parent_output, extra], axis=1)
 
     def describe(self) -> str:
@@ -321,6 +325,8 @@ class ConcatNode(Node):
         return Resolved(NodeColumns(merged.column_names), merged, origins)
 
     def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        device = backend.frame_device(frame)  # a branch ending in a host-only operator comes back
+        parents = [backend.to_frame_device(p, device) for p in parents]
         out = backend.concat(parents, axis=1, join="inner")  # an inner join on the index
         return out.loc[:, ~out.columns.duplicated(keep="first")]  # a repeated column holds the same data
 

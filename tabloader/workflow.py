@@ -156,7 +156,8 @@ class Workflow:
     def transform_frame(self, frame: Any) -> Any:
         """Transform one in-memory partition."""
         plan = self._fitted(self.plan_)
-        return plan.evaluate(frame)[plan.output_columns]
+        out = plan.evaluate(frame)[plan.output_columns]
+        return backend.to_frame_device(out, backend.frame_device(frame))  # after a host-only operator too
 
     def _fitted(self, attribute: Any) -> Any:
         """A fitted attribute's value; NotFittedError when the workflow has not been fit (or loaded)."""

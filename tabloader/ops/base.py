@@ -62,6 +62,15 @@ class Operator(metaclass=_OperatorType):
     #: Tags added to (and removed from) every output column.
     output_tags: tuple[str, ...] = ()
     remove_tags: tuple[str, ...] = ()
+    #: The devices whose data :meth:`transform` and ``fit_partial`` take: ``"cpu"`` (pandas) and
+    #: ``"cuda"`` (cuDF). An operator that cannot work on cuDF data declares
+    #: ``runs_on = frozenset({"cpu"})`` and says why in :attr:`device_note`; the workflow then
+    #: hands it GPU partitions copied to the host, once for a whole run of such operators
+    #: (:func:`tabloader.backend.device_for`). docs/operators.md's table of where each operator
+    #: runs is generated from these two attributes (:mod:`tabloader.ops.devices`).
+    runs_on: frozenset = frozenset({"cpu", "cuda"})
+    #: How the operator runs on the GPU, or why it does not (one sentence, for the docs).
+    device_note: str = ""
 
     # --- what subclasses implement ------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:

@@ -127,6 +127,8 @@ class FillMissing(Operator):
         [[1, None], [-1]]
     """
 
+    device_note = "cuDF `fillna`; list columns through their device offsets and elements."
+
     def __init__(self, fill_val: Any = 0, add_binary_cols: bool = False) -> None:
         self.fill_val = fill_val
         self.add_binary_cols = add_binary_cols
@@ -163,6 +165,9 @@ class FillMedian(StatOperator):
         >>> wf.fit_transform(pd.DataFrame({"x": [1.0, None, 3.0, 10.0]}))["x"].tolist()
         [1.0, 3.0, 3.0, 10.0]
     """
+
+    device_note = ("Sketches each partition on the GPU; only the sketch (up to 4096 values, or its bucket counts) "
+                   "reaches the host.")
 
     output_tags = (Tags.CONTINUOUS,)
 

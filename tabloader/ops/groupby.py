@@ -112,6 +112,9 @@ class JoinGroupby(CachedLookups, StatOperator):
     (['c_count', 'c_x_sum'], [3.0, 3.0, 4.0, 8.0], [2, 2, 1, 1])
     """
 
+    device_note = ("Groups and moments with cuDF/CuPy (partials merged on the GPU); the fitted table is copied to the "
+                   "GPU once per process.")
+
     def __init__(self, cont_cols: Sequence[str] = (), stats: Sequence[str] = ("count",)) -> None:
         self.cont_cols = list(cont_cols) if not isinstance(cont_cols, str) else [cont_cols]
         self.stats = list(stats) if not isinstance(stats, str) else [stats]

@@ -92,6 +92,8 @@ class HashBucket(Operator):
     (0, np.True_)
     """
 
+    device_note = "Hashes with CuPy (strings by a CuPy kernel over the cuDF column's bytes): the CPU's bits."
+
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
         self.num_buckets = num_buckets
         self.dtype = dtype
@@ -152,6 +154,8 @@ class HashedCross(Operator):
     >>> out.columns.tolist(), out["a_b"].iloc[0] == out["a_b"].iloc[1], out["a_b"].iloc[2]
     (['a_b'], np.True_, np.int64(0))
     """
+
+    device_note = "Hashes with CuPy (strings by a CuPy kernel over the cuDF column's bytes): the CPU's bits."
 
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
         self.num_buckets = num_buckets

@@ -39,6 +39,8 @@ class LambdaOp(Operator):
         [2, 4]
     """
 
+    device_note = "Runs where its function runs: on the GPU the function gets cuDF columns."
+
     def __init__(self, f: Callable[..., Any], dependency: str | Sequence[str] | None = None,
                  label: str | None = None, dtype: Any = None, tags: Sequence[Any] | None = None) -> None:
         if not callable(f):

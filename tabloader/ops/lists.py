@@ -36,6 +36,8 @@ class ValueCount(StatOperator):
         {'min': 1, 'max': 3}
     """
 
+    device_note = "Reads the lengths of cuDF list columns on the GPU."
+
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int | None, int | None]]:
         stats = {}
         for col in flatten_columns(columns):
@@ -94,6 +96,8 @@ class ListSlice(Operator):
         >>> ListSlice(-2, pad=True).transform(["l"], df)["l"].tolist()
         [[2, 3], [4, 0], [0, 0]]
     """
+
+    device_note = "Slices cuDF list columns through their device offsets and elements."
 
     def __init__(self, start: int, end: int | None = None, pad: bool = False, pad_value: Any = 0) -> None:
         self.start, self.end, self.pad, self.pad_value = start, end, pad, pad_value

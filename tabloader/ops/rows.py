@@ -29,6 +29,8 @@ class Filter(Operator):
         [2, 3]
     """
 
+    device_note = "Runs where its function runs: on the GPU the function gets a cuDF frame."
+
     preserves_rows = False
 
     def __init__(self, f: Callable[[Any], Any]) -> None:

@@ -95,6 +95,9 @@ class TargetEncoding(CachedLookups, StatOperator):
     [0.6667, 0.6667, 0.8333, 0.8333]
     """
 
+    device_note = ("Folds, groups and sums with cuDF/CuPy (partials merged on the GPU); the fitted table is copied to "
+                   "the GPU once per process.")
+
     def __init__(self, target: str | Sequence[str] = "label", kfold: int = 3, p_smooth: float = 20,
                  fold_seed: int = 42, out_dtype: str = "float32", out_of_fold: bool = True) -> None:
         self.target = target
