@@ -1,6 +1,8 @@
-"""The encoding primitives (tabloader.encoding, CPU) against an independent pure-Python/pandas
+"""The encoding primitives (tabloader.encoding) against an independent pure-Python/pandas
 reference of the contract: random columns with nulls, split into partitions, counted, merged in
-random trees, turned into vocabularies and looked up."""
+random trees, turned into vocabularies and looked up. The property tests run each
+implementation: the CPU one everywhere, the GPU one (cuDF columns, marked ``gpu``) where a CUDA
+device is usable -- the same cases, so CPU and GPU give the same ids."""
 
 from __future__ import annotations
 
@@ -19,6 +21,18 @@ from tabloader.encoding.contract import NULL_HASH
 from encoding_reference import expected_ids, is_null, py_cross, py_hash, reference_vocabulary
 
 OP = "Test"
+
+IMPLEMENTATIONS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def implementation(name: str):
+    return {"cpu": cpu, "gpu": gpu}[name]
+
+
+def host(array):
+    """A CuPy array's values on the host (the test's copy); numpy arrays as they are."""
+    return array.get() if backend.is_gpu_object(array) else array
+
 
 # --- random columns -------------------------------------------------------------------------
 # (pandas dtype, strategy of one non-null value); values repeat because they come from a small pool
@@ -49,93 +63,108 @@ def series(dtype: str, values: list) -> pd.Series:
     return pd.Series(values, dtype=dtype)
 
 
+def series_for(impl: str, dtype: str, values: list):
+    """:func:`series` as the implementation takes it: pandas, or cuDF (through arrow) for the GPU."""
+    out = series(dtype, values)
+    if impl == "cpu":
+        return out
+    return backend.from_arrow(pa.table({"c": pa.Array.from_pandas(out.array if dtype != "float64" else out)}),
+                              "cuda")["c"]
+
+
 def split(values: list, cuts: list[int]) -> list[list]:
     """``values`` cut at the given positions (any of them may give empty partitions)."""
     bounds = [0] + sorted(min(c, len(values)) for c in cuts) + [len(values)]
     return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def merge_in_random_tree(partials: list, rng: random.Random):
+def merge_in_random_tree(partials: list, rng: random.Random, impl: str = "cpu"):
     """Merge partials pairwise, always two neighbours picked at random: every tree shape a tree
     reduction could take (merges are associative, neighbours keep the partition order)."""
     partials = list(partials)
     while len(partials) > 1:
         i = rng.randrange(len(partials) - 1)
-        partials[i:i + 2] = [cpu.merge_counts(partials[i], partials[i + 1], OP, "c")]
+        partials[i:i + 2] = [implementation(impl).merge_counts(partials[i], partials[i + 1], OP, "c")]
     return partials[0]
 
 
-def count(dtype: str, values: list) -> dict:
-    col = cpu.normalize_column(OP, "c", series(dtype, values))
-    return cpu.count_values([col], col.mask)
+def count(dtype: str, values: list, impl: str = "cpu") -> dict:
+    enc = implementation(impl)
+    col = enc.normalize_column(OP, "c", series_for(impl, dtype, values))
+    return enc.count_values([col], col.mask)
 
 
-def python_values(keys) -> list:
-    """Vocabulary keys (numpy or pyarrow) as Python values."""
-    return cpu.keys_to_pandas(keys).tolist()
+def python_values(keys, impl: str = "cpu") -> list:
+    """Vocabulary keys (numpy or pyarrow; CuPy or cuDF) as Python values."""
+    return implementation(impl).keys_to_pandas(keys).tolist()
 
 
-def lookup_for(keys: list) -> cpu.ValueLookup:
+def lookup_for(keys: list, impl: str = "cpu"):
     """The lookup Categorify builds: from the vocabulary as pandas columns."""
-    return cpu.ValueLookup([pd.Series(cpu.keys_to_pandas(k)) for k in keys], OP, "c")
+    enc = implementation(impl)
+    return enc.ValueLookup([pd.Series(enc.keys_to_pandas(k)) for k in keys], OP, "c")
 
 
 # --- counting, merging, vocabulary, lookup ----------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @settings(max_examples=150, deadline=None)
 @given(column=columns(), cuts=st.lists(st.integers(0, 60), max_size=5), seed=st.integers(0, 2**32 - 1),
        freq_threshold=st.integers(0, 3), max_size=st.integers(0, 4), num_buckets=st.integers(1, 4))
-def test_partitions_merged_in_any_tree_give_the_reference_vocabulary_and_ids(column, cuts, seed, freq_threshold,
+def test_partitions_merged_in_any_tree_give_the_reference_vocabulary_and_ids(impl, column, cuts, seed, freq_threshold,
                                                                               max_size, num_buckets):
+    enc = implementation(impl)
     dtype, values = column
-    partials = [count(dtype, part) for part in split(values, cuts)]
-    merged = merge_in_random_tree(partials, random.Random(seed))
+    partials = [count(dtype, part, impl) for part in split(values, cuts)]
+    merged = merge_in_random_tree(partials, random.Random(seed), impl)
     assert merged["nulls"] == sum(v is None for v in values)
     reference = reference_vocabulary(values, freq_threshold, max_size)
     if merged["keys"] is None:  # no value at all
         assert reference == []
         return
-    keys, counts = cpu.vocabulary(merged, freq_threshold, max_size)
-    assert list(zip(python_values(keys[0]), counts.tolist())) == reference
+    keys, counts = enc.vocabulary(merged, freq_threshold, max_size)
+    assert list(zip(python_values(keys[0], impl), host(counts).tolist())) == reference
 
     # every row of every partition gets the reference id; values unseen at fit are OOV
-    lookup = lookup_for(keys)
+    lookup = lookup_for(keys, impl)
     for part in split(values, cuts) + [values[::-1]]:
-        col = cpu.normalize_column(OP, "c", series(dtype, part))
-        ids = cpu.assign_ids(lookup.positions([col]), col.mask, num_buckets,
-                             lambda rows: cpu.hash_values(col.take(rows)), "int64")
-        assert ids.tolist() == expected_ids(part, values, freq_threshold, max_size, num_buckets)[0]
+        col = enc.normalize_column(OP, "c", series_for(impl, dtype, part))
+        ids = enc.assign_ids(lookup.positions([col]), col.mask, num_buckets,
+                             lambda rows: enc.hash_values(col.take(rows)), "int64")
+        assert host(ids).tolist() == expected_ids(part, values, freq_threshold, max_size, num_buckets)[0]
 
 
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @settings(max_examples=60, deadline=None)
 @given(a=columns(("Int64 small range", "str")), b=columns(("Int64 small range", "float64")),
        cuts=st.lists(st.integers(0, 60), max_size=3), seed=st.integers(0, 2**32 - 1), num_buckets=st.integers(1, 3))
-def test_combinations_of_columns_give_the_reference_vocabulary_and_ids(a, b, cuts, seed, num_buckets):
+def test_combinations_of_columns_give_the_reference_vocabulary_and_ids(impl, a, b, cuts, seed, num_buckets):
+    enc = implementation(impl)
     n = min(len(a[1]), len(b[1]))
     (dtype_a, values_a), (dtype_b, values_b) = (a[0], a[1][:n]), (b[0], b[1][:n])
 
     def normalized(lo: int, hi: int) -> list:
-        return [cpu.normalize_column(OP, c, series(dtype, vals[lo:hi]))
+        return [enc.normalize_column(OP, c, series_for(impl, dtype, vals[lo:hi]))
                 for c, (dtype, vals) in zip("ab", [(dtype_a, values_a), (dtype_b, values_b)])]
 
     bounds = [0] + sorted(min(c, n) for c in cuts) + [n]
     partials = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         cols = normalized(lo, hi)
-        partials.append(cpu.count_values(cols, cpu.null_mask(cols, "any")))
-    merged = merge_in_random_tree(partials, random.Random(seed))
+        partials.append(enc.count_values(cols, enc.null_mask(cols, "any")))
+    merged = merge_in_random_tree(partials, random.Random(seed), impl)
     rows = list(zip(values_a, values_b))
     reference = reference_vocabulary(rows)
     assert merged["nulls"] == sum(x is None or y is None for x, y in rows)
     if merged["keys"] is None:
         assert reference == []
         return
-    keys, counts = cpu.vocabulary(merged, 0, 0)
-    assert list(zip(zip(*[python_values(k) for k in keys]), counts.tolist())) == reference
+    keys, counts = enc.vocabulary(merged, 0, 0)
+    assert list(zip(zip(*[python_values(k, impl) for k in keys]), host(counts).tolist())) == reference
 
     cols = normalized(0, n)
-    ids = cpu.assign_ids(lookup_for(keys).positions(cols), cpu.null_mask(cols, "any"), num_buckets,
-                         lambda r: cpu.cross_hash([c.take(r) for c in cols]), "int64")
-    assert ids.tolist() == expected_ids(rows, num_buckets=num_buckets)[0]
+    ids = enc.assign_ids(lookup_for(keys, impl).positions(cols), enc.null_mask(cols, "any"), num_buckets,
+                         lambda r: enc.cross_hash([c.take(r) for c in cols]), "int64")
+    assert host(ids).tolist() == expected_ids(rows, num_buckets=num_buckets)[0]
 
 
 def test_merging_counts_of_strings_and_numbers_is_a_clear_error():
@@ -196,13 +225,15 @@ def test_group_rows_and_union_keys_match_pandas_groupby(a, b):
 
 
 # --- hashing ------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @settings(max_examples=60, deadline=None)
 @given(column=columns())
-def test_hashes_match_the_python_reference(column):
+def test_hashes_match_the_python_reference(impl, column):
+    enc = implementation(impl)
     dtype, values = column
-    col = cpu.normalize_column(OP, "c", series(dtype, values))
+    col = enc.normalize_column(OP, "c", series_for(impl, dtype, values))
     expected = [NULL_HASH if v is None else py_hash(v) for v in values]
-    assert [int(h) for h in cpu.hash_values(col)] == expected
+    assert [int(h) for h in host(enc.hash_values(col))] == expected
 
 
 def test_cross_hash_matches_the_python_reference():

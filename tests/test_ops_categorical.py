@@ -18,22 +18,11 @@ from tabloader.ops.target_encoding import TargetEncoding, fold_of, full_data_wor
 from tabloader.workflow import Workflow
 
 from encoding_reference import expected_ids, is_null, py_cross, py_hash
+from op_cases import CATEGORIFY_KWARGS, JOIN_GROUPBY_STATS, TARGET_ENCODING_KFOLDS, categorical_frame
 
 
 # --- data ---------------------------------------------------------------------------------
-def sample_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    ints = pd.array(rng.zipf(1.5, n) % 50, dtype="Int64")
-    ints[rng.random(n) < 0.1] = pd.NA
-    strs = pd.Series(rng.choice(["apple", "pear", "fig", "kiwi", "plum", "é"], n), dtype="str")
-    strs[rng.random(n) < 0.05] = None
-    return pd.DataFrame({
-        "i": ints,
-        "s": strs,
-        "j": rng.integers(0, 8, n),
-        "x": rng.normal(size=n),
-        "label": rng.integers(0, 2, n).astype(np.int64),
-    })
+sample_frame = categorical_frame
 
 
 def fit_transform(op, cols, data, part_size="128MB"):
@@ -44,7 +33,7 @@ def fit_transform(op, cols, data, part_size="128MB"):
 
 
 # --- Categorify ---------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs", [{}, {"freq_threshold": 5}, {"max_size": 4}, {"num_buckets": 7, "freq_threshold": 3}])
+@pytest.mark.parametrize("kwargs", CATEGORIFY_KWARGS)
 def test_categorify_matches_pandas(kwargs):
     df = sample_frame()
     wf, out = fit_transform(Categorify(**kwargs), ["i", "s"], df)
@@ -374,7 +363,7 @@ def test_join_groupby_matches_pandas_and_partitions(tmp_path):
         JoinGroupby(["s"]).fit_partial(["i"], df)
 
 
-@pytest.mark.parametrize("stats", [["sum", "mean", "max"], ["std"], ["min", "count", "var"]])
+@pytest.mark.parametrize("stats", JOIN_GROUPBY_STATS)
 def test_join_groupby_without_count_keeps_each_stat_under_its_name(stats):
     df = pd.DataFrame({"c": ["a", "a", "b", "b", "b", "c"], "x": [1.0, 3.0, 5.0, 6.0, 10.0, 2.0],
                        "y": [0.5, 0.5, 1.0, 4.0, 9.0, 7.0]})
@@ -407,7 +396,7 @@ def expected_te(df, key, target, kfold, p, seed=42):
     return np.array(out)
 
 
-@pytest.mark.parametrize("kfold", [1, 3])
+@pytest.mark.parametrize("kfold", TARGET_ENCODING_KFOLDS)
 def test_target_encoding_matches_manual(kfold, tmp_path):
     df = sample_frame(300)
     wf1, out1 = fit_transform(TargetEncoding("label", kfold=kfold, p_smooth=10), ["i", "s"], df)

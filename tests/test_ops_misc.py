@@ -26,7 +26,7 @@ from tabloader.schema import ColumnSchema, Schema, Tags
 from tabloader.registry import function_name
 from tabloader.workflow import Workflow
 
-N = 400
+from op_cases import LIST_SLICES, misc_frame
 
 
 # --- module-level functions (saved by module:qualname) ----------------------------------------
@@ -51,31 +51,7 @@ def not_a_mask(df):
 
 
 # --- data -------------------------------------------------------------------------------------
-def list_array(rng: np.random.Generator, n: int, null_every: int = 0) -> pa.Array:
-    rows = [list(rng.integers(1, 100, rng.integers(0, 7))) for _ in range(n)]
-    if null_every:
-        rows = [None if i % null_every == 3 else r for i, r in enumerate(rows)]
-    return pa.array(rows, type=pa.list_(pa.int64()))
-
-
-def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    user = np.sort(rng.integers(0, 40, n))
-    ts = np.zeros(n, dtype=np.int64)
-    for u in np.unique(user):  # sorted by time within user
-        idx = np.flatnonzero(user == u)
-        ts[idx] = np.sort(rng.integers(0, 10_000, idx.size))
-    a = rng.normal(0, 1, n)
-    a[::13] = np.nan
-    nullable = pd.array(rng.integers(-100, 100, n), dtype="Int64")
-    nullable[::7] = pd.NA
-    return pd.DataFrame({
-        "user": user, "ts": ts, "a": a, "b": rng.normal(5, 2, n),
-        "small": rng.integers(-3, 120, n).astype(np.int64), "mid": rng.integers(0, 40_000, n).astype(np.int64),
-        "big": rng.integers(-2**40, 2**40, n), "u8": rng.integers(0, 200, n).astype(np.uint64),
-        "nullable": nullable, "s": pd.Series(rng.choice(["x", "y", None], n), dtype="str"),
-        "genres": pd.arrays.ArrowExtensionArray(list_array(rng, n, null_every=11)),
-    })
+make_frame = misc_frame
 
 
 SCHEMA = Schema([ColumnSchema("user", "int64", {Tags.USER, Tags.CATEGORICAL}), ColumnSchema("ts", "int64"),
@@ -307,9 +283,7 @@ def width_of(start, end):
     return -start if end is None else end - start
 
 
-@pytest.mark.parametrize("start,end,pad", [(0, 3, False), (1, None, False), (-2, None, False), (2, 5, False),
-                                           (-4, -1, False), (1, -1, False), (0, 3, True), (-3, None, True),
-                                           (2, 4, True), (-5, -2, True)])
+@pytest.mark.parametrize("start,end,pad", LIST_SLICES)
 def test_list_slice_matches_python_slicing(frame, start, end, pad):
     out = ListSlice(start, end, pad=pad, pad_value=-7).transform(["genres"], frame)
     got = [None if x is None or x is pd.NA else list(x) for x in out["genres"].tolist()]

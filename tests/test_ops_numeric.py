@@ -22,20 +22,10 @@ from tabloader.ops.sketch import QuantileSketch
 from tabloader.schema import ColumnSchema, Schema, Tags
 from tabloader.workflow import Workflow
 
-N = 600
+from op_cases import BUCKETIZE_BOUNDS, numeric_frame
 
 
-def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    a = rng.normal(3.0, 2.0, n)
-    a[rng.random(n) < 0.1] = np.nan
-    b = rng.exponential(5.0, n).astype(np.float32)
-    b[rng.random(n) < 0.2] = np.nan
-    c = rng.integers(-5, 50, n).astype(np.int64)
-    d = pd.array(rng.integers(0, 9, n), dtype="Int64")
-    d[rng.random(n) < 0.15] = pd.NA
-    return pd.DataFrame({"a": a, "b": b, "c": c, "d": d, "const": np.full(n, 7.5),
-                         "allnull": np.full(n, np.nan), "label": rng.integers(0, 2, n).astype(np.int32)})
+make_frame = numeric_frame
 
 
 SCHEMA = Schema([ColumnSchema("a", "float64", {Tags.CONTINUOUS}), ColumnSchema("b", "float32", {Tags.CONTINUOUS}),
@@ -376,7 +366,7 @@ def test_clip_matches_numpy(frame):
 
 
 def test_bucketize_matches_digitize_and_schema(frame, tmp_path):
-    bounds = {"a": [0.0, 2.0, 4.5], "c": [0, 10, 20, 30]}
+    bounds = BUCKETIZE_BOUNDS
     wf = Workflow(["a", "c"] >> Bucketize(bounds), progress=False).fit(Dataset(frame, schema=SCHEMA))
     out = wf.transform(frame)
     for c, b in bounds.items():

@@ -110,8 +110,9 @@ class Categorify(CachedLookups, StatOperator):
     4
     """
 
-    device_note = ("Counts with cuDF/CuPy (partials merged on the GPU), sorts the vocabulary on the GPU and copies it to "
-                   "the host once at fit; looks values up on the GPU (sorted search for numbers, a join for strings).")
+    device_note = ("Counts with cuDF/CuPy (partials merged on the GPU), sorts the vocabulary on the GPU and copies "
+                   "it to the host once at fit; looks values up on the GPU (sorted search for numbers, a join for "
+                   "strings).")
 
     def __init__(self, freq_threshold: int | dict[str, int] = 0, max_size: int | dict[str, int] = 0,
                  num_buckets: int | dict[str, int] = 1, encode_type: str = "joint",

@@ -1,0 +1,294 @@
+"""Every operator on cuDF against the same operator on pandas (issue 14).
+
+Each case of :data:`op_cases.CASES` (the parameter tables the CPU operator tests use) runs on
+each device: the graph is fit over many partitions of the data on that device and compared
+with the same graph fit on one pandas partition -- outputs (integer ids exactly, floats within
+1e-6 relative), fitted state, and saved workflows, which must load and transform on both
+devices. The ``cpu`` half runs everywhere; the ``cuda`` half is marked ``gpu`` and skips where
+no CUDA device is usable. The other ``gpu`` tests check that a whole Criteo workflow over a cuDF
+dataset never copies a partition to the host, that a run of host-only operators costs one copy,
+and that the device hashes have the CPU's bits.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import tabloader as tl
+from tabloader import backend, ops
+from tabloader.graph import Node, OpNode
+from tabloader.ops.devices import BEGIN, END, builtin_operators, device_table
+from tabloader.workflow import Workflow
+
+import op_cases
+from encoding_reference import NULL_HASH, py_hash
+from op_cases import CASES, FRAMES
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+MANY_PARTS = 4000  # bytes per partition: every frame of op_cases splits into several partitions
+
+
+# --- frames on either device, compared as Python values ----------------------------------------
+def on_device(frame: pd.DataFrame, device: str):
+    """The same rows on ``device``: cuDF through arrow, as a parquet read gives them."""
+    if device == "cpu":
+        return frame
+    return backend.from_arrow(pa.Table.from_pandas(frame, preserve_index=False), "cuda")
+
+
+def arrow_column(series) -> pa.Array:
+    """A pandas or cuDF column as one arrow array (the test's own copy of GPU data)."""
+    if backend.is_gpu_object(series):
+        arr = series.to_arrow()
+    elif isinstance(series.dtype, pd.ArrowDtype):
+        arr = pa.array(series.array)
+    else:
+        arr = pa.array(series, from_pandas=True)
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def type_name(arrow_type: pa.DataType) -> str:
+    """An arrow type, with the differences that are no difference (string widths, list field names) removed."""
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return f"list<{type_name(arrow_type.value_type)}>"
+    if pa.types.is_large_string(arrow_type):
+        return "string"
+    return str(arrow_type)
+
+
+def assert_close(got, expected, where: str) -> None:
+    """Python values equal: integers, strings and booleans exactly, floats within 1e-6 relative,
+    NaN and null alike, lists and dicts element by element."""
+    if isinstance(expected, float) and math.isnan(expected):
+        expected = None
+    if isinstance(got, float) and math.isnan(got):
+        got = None
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and list(got) == list(expected), (where, got, expected)
+        for key in expected:
+            assert_close(got[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(got) == len(expected), (where, got, expected)
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, f"{where}[{i}]")
+    elif isinstance(expected, float) and got is not None:
+        assert got == pytest.approx(expected, rel=1e-6, abs=1e-12), (where, got, expected)
+    else:
+        assert got == expected and type(got) is type(expected), (where, got, expected)
+
+
+def assert_same_frame(got, expected: pd.DataFrame, what: str) -> None:
+    """Same columns, index, arrow types and values (see :func:`assert_close`)."""
+    assert list(got.columns) == list(expected.columns), what
+    got_index = got.index.to_pandas() if backend.is_gpu_object(got) else got.index
+    assert got_index.tolist() == expected.index.tolist(), what
+    for col in expected.columns:
+        g, e = arrow_column(got[col]), arrow_column(expected[col])
+        assert type_name(g.type) == type_name(e.type), (what, col, g.type, e.type)
+        assert_close(g.to_pylist(), e.to_pylist(), f"{what}: column {col!r}")
+
+
+def comparable_state(value):
+    """Fitted state as Python values; group tables (key columns ``__key_*``) sorted by key, as
+    partials merged in another order list the same groups in another order."""
+    if isinstance(value, pd.DataFrame):
+        keys = [c for c in value.columns if str(c).startswith("__key_")]
+        table = value.sort_values(keys).reset_index(drop=True) if keys and len(value) else value
+        return {c: arrow_column(table[c]).to_pylist() for c in table.columns}
+    if isinstance(value, dict):
+        return {k: comparable_state(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [comparable_state(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def op_states(wf: Workflow) -> list:
+    return [comparable_state(n.op.get_state()) for n in wf.nodes if isinstance(n, OpNode)
+            and getattr(n.op, "is_fitted", True)]
+
+
+# --- parity of every operator and parameter combination -------------------------------------
+def test_every_builtin_operator_has_a_parity_case():
+    covered = {type(n.op) for case in CASES for n in Node.coerce(case.build()).walk() if isinstance(n, OpNode)}
+    assert set(builtin_operators()) <= covered, set(builtin_operators()) - covered
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_operator_on_device_equals_pandas(case, device, tmp_path):
+    frame = FRAMES[case.frame]()
+    reference = Workflow(case.build(), progress=False).fit(tl.Dataset(frame, device="cpu"))
+    expected = reference.transform(frame)
+
+    data = on_device(frame, device)
+    wf = Workflow(case.build(), progress=False).fit(tl.Dataset(data, part_size=MANY_PARTS, device=device))
+    got = wf.transform(data)
+    assert backend.frame_device(got) == device
+    assert_same_frame(got, expected, f"{case.id} on {device}")
+    assert_close(op_states(wf), op_states(reference), f"{case.id}: fitted state on {device}")
+    assert wf.output_schema == reference.output_schema
+
+    # saved workflows are interchangeable: fit on one device, load and transform on the other
+    wf.save(str(tmp_path / "fit_on_device"))
+    reference.save(str(tmp_path / "fit_on_cpu"))
+    for path in ("fit_on_device", "fit_on_cpu"):
+        loaded = Workflow.load(str(tmp_path / path), trusted=[op_cases])
+        assert_same_frame(loaded.transform(frame), expected, f"{case.id}: {path}, loaded on the CPU")
+        assert_same_frame(loaded.transform(data), expected, f"{case.id}: {path}, loaded on {device}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c for c in CASES if c.id.startswith("Categorify")], ids=lambda c: c.id)
+def test_counts_merged_as_host_tables_give_the_same_vocabularies(case, monkeypatch):
+    from tabloader.encoding.gpu import counting
+
+    frame = FRAMES[case.frame]()
+    reference = Workflow(case.build(), progress=False).fit(frame)
+    monkeypatch.setattr(counting, "MERGE_ON", "host")  # the switch of TABLOADER_GPU_MERGE
+    data = on_device(frame, "cuda")
+    wf = Workflow(case.build(), progress=False).fit(tl.Dataset(data, part_size=MANY_PARTS, device="cuda"))
+    assert_close(op_states(wf), op_states(reference), f"{case.id}: merged on the host")
+    assert_same_frame(wf.transform(data), reference.transform(frame), f"{case.id}: merged on the host")
+
+
+# --- no partition leaves the device -----------------------------------------------------------
+class HostCopies:
+    """Patches the host-copy functions (``backend.to_host``, cuDF's ``to_pandas``/``to_arrow``/
+    ``to_numpy``/``values_host``, ``cupy.asnumpy``) to fail or count, except inside
+    ``backend.stats_to_host`` (fitted statistics at finalize) and for empty frames (schemas)."""
+
+    def __init__(self, monkeypatch, fail: bool = True) -> None:
+        import cudf
+        import cupy
+
+        from tabloader import columnar
+
+        self.fail, self.copies, self._allowed = fail, [], 0
+        stats_to_host = columnar.stats_to_host
+
+        def allowed_stats_copy(value):
+            self._allowed += 1
+            try:
+                return stats_to_host(value)
+            finally:
+                self._allowed -= 1
+
+        monkeypatch.setattr(columnar, "stats_to_host", allowed_stats_copy)
+        monkeypatch.setattr(backend, "to_host", self._guard(backend.to_host, "backend.to_host"))
+        monkeypatch.setattr(cupy, "asnumpy", self._guard(cupy.asnumpy, "cupy.asnumpy"))
+        for cls in (cudf.DataFrame, cudf.Series, cudf.Index):
+            for name in ("to_pandas", "to_arrow", "to_numpy"):
+                monkeypatch.setattr(cls, name, self._guard(getattr(cls, name), f"{cls.__name__}.{name}"))
+        monkeypatch.setattr(cudf.Series, "values_host", property(self._guard(cudf.Series.values_host.fget,
+                                                                             "Series.values_host")))
+
+    def _guard(self, function, name: str):
+        def guarded(obj, *args, **kwargs):
+            if self._allowed or (hasattr(obj, "__len__") and len(obj) == 0):
+                return function(obj, *args, **kwargs)
+            self.copies.append(name)
+            if self.fail:
+                raise AssertionError(f"{name} copied {len(obj)} rows of a partition to the host")
+            return function(obj, *args, **kwargs)
+
+        return guarded
+
+
+@pytest.mark.gpu
+def test_whole_criteo_workflow_over_a_cudf_dataset_never_copies_a_partition_to_the_host(tmp_path, monkeypatch):
+    from tabloader import demo, synthetic
+
+    synthetic.write_criteo(str(tmp_path / "raw"), rows=20_000, num_files=4)
+    reference = demo.criteo_workflow(quiet=True).fit(tl.Dataset(str(tmp_path / "raw"), device="cpu"))
+    expected = reference.transform(tl.Dataset(str(tmp_path / "raw"), device="cpu")).compute()
+    dataset = tl.Dataset(str(tmp_path / "raw"), device="cuda")
+    assert dataset.npartitions > 1
+
+    copies = HostCopies(monkeypatch)
+    wf = demo.criteo_workflow(quiet=True).fit(dataset)
+    parts = list(wf.transform(dataset).to_iter())
+    assert copies.copies == []
+    monkeypatch.undo()
+    assert all(backend.is_gpu_object(p) for p in parts)
+    assert_same_frame(backend.concat(parts, ignore_index=True), expected, "Criteo workflow on the GPU")
+
+
+@tl.register_operator(name="test_gpu_ops:HostOnlyDouble")
+class HostOnlyDouble(ops.Operator):
+    """Doubles columns with pandas only (a user's operator that cannot take cuDF data)."""
+
+    runs_on = frozenset({"cpu"})
+    device_note = "pandas only: it asserts its input is a pandas frame."
+
+    def transform(self, columns, frame):
+        assert isinstance(frame, pd.DataFrame), type(frame)
+        return frame[columns] * 2
+
+
+@pytest.mark.gpu
+def test_a_run_of_host_only_operators_costs_one_copy_of_each_partition(monkeypatch):
+    frame = FRAMES["numeric"]()
+    graph = (["a", "c"] >> HostOnlyDouble() >> HostOnlyDouble() >> ops.LogOp()) + (["b"] >> ops.Normalize())
+    reference = Workflow(graph, progress=False).fit(frame)
+    expected = reference.transform(frame)
+
+    data = on_device(frame, "cuda")
+    copies = HostCopies(monkeypatch, fail=False)
+    got = reference.transform(data)
+    assert copies.copies == ["backend.to_host"]  # one copy for both HostOnlyDouble, none per column
+    monkeypatch.undo()
+    assert backend.is_gpu_object(got)
+    assert_same_frame(got, expected, "host-only operators inside a GPU workflow")
+
+
+# --- the device hashes have the CPU's bits ----------------------------------------------------
+@pytest.mark.gpu
+def test_device_hashes_of_strings_numbers_and_sliced_columns_match_the_python_reference():
+    from tabloader.encoding import gpu
+
+    strings = ["", "a", "é", "日本語", "a" * 300, None, "pear", "\x00z"]
+    ints = [0, -1, 2**63 - 1, -(2**63), 7, None]
+    uints = [2**64 - 1, 2**63, 5, None]
+    floats = [3.0, -0.0, 2.5, 1e300, float("nan"), -7.0]
+    for values, arrow_type in [(strings, pa.string()), (ints, pa.int64()), (uints, pa.uint64()),
+                               (floats, pa.float64())]:
+        series = backend.from_arrow(pa.table({"c": pa.array(values, type=arrow_type)}), "cuda")["c"]
+        for start in (0, 1, 2):  # sliced columns start at an offset into their buffers
+            col = gpu.normalize_column("Test", "c", series.iloc[start:])
+            got = [int(h) for h in gpu.hash_values(col).get()]
+            want = [NULL_HASH if v is None or v != v else py_hash(v) for v in values[start:]]
+            assert got == want, (arrow_type, start)
+
+
+# --- declarations and import ------------------------------------------------------------------
+def test_the_docs_table_of_where_operators_run_is_the_generated_one():
+    import pathlib
+
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "operators.md").read_text()
+    assert docs.split(BEGIN, 1)[1].split(END, 1)[0].strip() == device_table(), \
+        "docs/operators.md is out of date: run python tools/operator_devices.py"
+
+
+def test_a_host_only_declaration_is_listed_as_such():
+    assert HostOnlyDouble.runs_on == {"cpu"}
+    assert backend.device_for(HostOnlyDouble(), pd.DataFrame()) == "cpu"
+    assert all(cls.runs_on == {"cpu", "cuda"} for cls in builtin_operators())
+
+
+def test_importing_the_gpu_encoding_needs_neither_cudf_nor_cupy():
+    code = ("import sys, tabloader.encoding.gpu as g, tabloader.columnar; "
+            "assert not {'cudf', 'cupy'} & set(sys.modules), sorted({'cudf', 'cupy'} & set(sys.modules)); "
+            "print(len(g.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) >= 19
