@@ -601,7 +601,7 @@ def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMEN
 
 # --- operator helpers of the seam, kept in tabloader.columnar ------------------------------
 _COLUMNAR = ("ListLayout", "list_layout", "build_list", "run_positions", "take_values", "concat_values",
-             "fill_null_elements", "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
+             "fill_null_elements", "nullable_integers", "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
 
 
 def __getattr__(name: str) -> Any:

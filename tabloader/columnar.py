@@ -198,6 +198,21 @@ def concat_values(values: Any, extra: Any) -> Any:
     return pa.concat_arrays([values, tail])
 
 
+def nullable_integers(series: Any) -> bool:
+    """True for an integer column that may hold nulls: a pandas nullable one (``Int64``...) or
+    any cuDF one (every cuDF column is nullable: a partition without a null must be treated like
+    one with, so that all get the same output dtype).
+
+    Example:
+        >>> import pandas as pd
+        >>> nullable_integers(pd.Series([1], dtype="Int64")), nullable_integers(pd.Series([1]))
+        (True, False)
+    """
+    if getattr(series.dtype, "kind", "") not in ("i", "u"):
+        return False
+    return backend.is_gpu_object(series) or not isinstance(series.dtype, np.dtype)
+
+
 # --- statistics leaving the device ----------------------------------------------------------
 def stats_to_host(value: Any) -> Any:
     """Small fitted statistics on the host: a CuPy array as numpy, a cuDF Series/DataFrame as

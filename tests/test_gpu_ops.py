@@ -162,6 +162,15 @@ def test_counts_merged_as_host_tables_give_the_same_vocabularies(case, monkeypat
     assert_same_frame(wf.transform(data), reference.transform(frame), f"{case.id}: merged on the host")
 
 
+@pytest.mark.gpu
+def test_fill_median_with_a_fractional_median_gives_float64_in_every_cudf_partition():
+    frame = pd.DataFrame({"k": pd.array([1, 2, 3, 4, None, 1, 2, 3, 4, None], dtype="Int64")})
+    wf = Workflow(["k"] >> ops.FillMedian(), progress=False).fit(on_device(frame, "cuda"))
+    whole, no_nulls = wf.transform(on_device(frame, "cuda")), wf.transform(on_device(frame.iloc[:4], "cuda"))
+    assert whole["k"].dtype == no_nulls["k"].dtype == np.float64
+    assert_close(arrow_column(whole["k"]).to_pylist(), [1.0, 2.0, 3.0, 4.0, 2.5] * 2, "filled")
+
+
 # --- no partition leaves the device -----------------------------------------------------------
 class HostCopies:
     """Patches the host-copy functions (``backend.to_host``, cuDF's ``to_pandas``/``to_arrow``/

@@ -37,7 +37,7 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
         if lists is not None:
             out[col] = _fill_lists(op, col, lists, value)
             continue
-        if float_fallback and getattr(series.dtype, "kind", "") in "iu" and not backend.is_plain_numeric(series) \
+        if float_fallback and backend.nullable_integers(series) \
                 and not float(value).is_integer():  # decided by the fitted value: same dtype in every partition
             series = series.astype("float64")
         try:

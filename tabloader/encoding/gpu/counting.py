@@ -104,9 +104,11 @@ def _placed(partial: dict[str, Any]) -> dict[str, Any]:
     """The partial where :data:`MERGE_ON` merges it: as it is, or in the CPU layout on the host."""
     if MERGE_ON == "device":
         return partial
+    import pyarrow as pa
+
     keys = partial["keys"]
-    host_keys = None if keys is None else [backend.stats_to_host(k) if isinstance(k, backend.cupy().ndarray)
-                                            else k.to_arrow() for k in keys]
+    host_keys = None if keys is None else [pa.array(backend.stats_to_host(k), from_pandas=True) if kind == "str"
+                                            else backend.stats_to_host(k) for k, kind in zip(keys, partial["kinds"])]
     return {**partial, "keys": host_keys, "counts": backend.stats_to_host(partial["counts"])}
 
 

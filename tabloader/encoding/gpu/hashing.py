@@ -54,11 +54,12 @@ def string_buffers(strings: Any) -> tuple[Any, Any]:
         return cp.zeros(n + 1, dtype=cp.int64), cp.zeros(0, dtype=cp.uint8)
     offsets = backend.cudf().Series.from_pylibcudf(column.child(0)).values
     offsets = offsets[column.offset():column.offset() + n + 1].astype(cp.int64)
-    data = column.data()  # the chars: any buffer with a device pointer and a size in bytes
-    if data is None or data.size == 0:
+    data = column.data()  # the chars: a span (a device pointer and a size in bytes)
+    nbytes = 0 if data is None else int(getattr(data, "nbytes", data.size))
+    if nbytes == 0:
         return offsets, cp.zeros(0, dtype=cp.uint8)
-    memory = cp.cuda.UnownedMemory(data.ptr, data.size, data)
-    return offsets, cp.ndarray((data.size,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(memory, 0))
+    memory = cp.cuda.UnownedMemory(data.ptr, nbytes, data)  # a view: the span keeps the chars alive
+    return offsets, cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(memory, 0))
 
 
 def hash_strings(strings: Any) -> Any:
