@@ -47,14 +47,12 @@ class ListLayout:
     """A list column taken apart: ``offsets`` (int64, one more than the rows) index into
     ``values`` (the elements: a pyarrow array on the CPU, a cuDF Series on the GPU), ``valid``
     says which rows are lists (bool array; False for a null list) and ``lengths`` gives each
-    row's length (0 for a null list). ``arrow_type`` is the CPU column's list type (list or
-    large_list), kept by :func:`build_list`."""
+    row's length (0 for a null list)."""
 
     offsets: Any
     values: Any
     valid: Any
     lengths: Any
-    arrow_type: Any = None
 
 
 def list_layout(series: Any) -> ListLayout:
@@ -67,7 +65,7 @@ def list_layout(series: Any) -> ListLayout:
     lengths = np.diff(offsets)
     if arr.null_count:
         lengths = np.where(valid, lengths, 0)
-    return ListLayout(offsets, arr.values, valid, lengths, arr.type)
+    return ListLayout(offsets, arr.values, valid, lengths)
 
 
 def _gpu_list_layout(series: Any) -> ListLayout:
@@ -78,7 +76,8 @@ def _gpu_list_layout(series: Any) -> ListLayout:
         offsets = cp.zeros(1, dtype=cp.int64)
     else:
         # The offsets child indexes the whole child column; the rows of a sliced column start at
-        # its offset. Rebased to 0 they index list.leaves, which is the child sliced to the rows.
+        # its offset. Rebased to 0 they index the child sliced to the rows (one level: a list of
+        # lists has lists as elements, as on the CPU).
         all_offsets = cudf.Series.from_pylibcudf(column.list_view().offsets()).values
         offsets = all_offsets[first:first + n + 1].astype(cp.int64)
         offsets -= offsets[0]
@@ -86,7 +85,8 @@ def _gpu_list_layout(series: Any) -> ListLayout:
     lengths = cp.diff(offsets)
     if series.has_nulls:
         lengths = cp.where(valid, lengths, 0)
-    return ListLayout(offsets, series.list.leaves.reset_index(drop=True), valid, lengths)
+    elements = cudf.Series.from_pylibcudf(column.list_view().get_sliced_child())
+    return ListLayout(offsets, elements, valid, lengths)
 
 
 def build_list(offsets: Any, values: Any, valid: Any, index: Any, name: Any, like: Any) -> Any:

@@ -49,6 +49,6 @@ vocabulary the same order, so CPU and GPU give identical ids):
   ``cupy.minimum.at``.
 * ``normalize_elements``, ``map_column`` (list columns) -- both through
   ``backend.list_layout`` / ``backend.build_list``: the arrow list array's offsets and values
-  on the CPU; on the GPU the pylibcudf column's offsets and ``Series.list.leaves``, rebuilt as a
+  on the CPU; on the GPU the pylibcudf column's offsets and sliced child, rebuilt as a
   pylibcudf list column on the device.
 """
