@@ -174,7 +174,7 @@ def test_fill_median_with_a_fractional_median_gives_float64_in_every_cudf_partit
 # --- no partition leaves the device -----------------------------------------------------------
 class HostCopies:
     """Patches the host-copy functions (``backend.to_host``, cuDF's ``to_pandas``/``to_arrow``/
-    ``to_numpy``/``values_host``, ``cupy.asnumpy``) to fail or count, except inside
+    ``to_numpy``, ``cupy.asnumpy``) to fail or count, except inside
     ``backend.stats_to_host`` (fitted statistics at finalize) and for empty frames (schemas)."""
 
     def __init__(self, monkeypatch, fail: bool = True) -> None:
@@ -196,11 +196,9 @@ class HostCopies:
         monkeypatch.setattr(columnar, "stats_to_host", allowed_stats_copy)
         monkeypatch.setattr(backend, "to_host", self._guard(backend.to_host, "backend.to_host"))
         monkeypatch.setattr(cupy, "asnumpy", self._guard(cupy.asnumpy, "cupy.asnumpy"))
-        for cls in (cudf.DataFrame, cudf.Series, cudf.Index):
+        for cls in (cudf.DataFrame, cudf.Series, cudf.Index, cudf.RangeIndex):
             for name in ("to_pandas", "to_arrow", "to_numpy"):
                 monkeypatch.setattr(cls, name, self._guard(getattr(cls, name), f"{cls.__name__}.{name}"))
-        monkeypatch.setattr(cudf.Series, "values_host", property(self._guard(cudf.Series.values_host.fget,
-                                                                             "Series.values_host")))
 
     def _guard(self, function, name: str):
         def guarded(obj, *args, **kwargs):
