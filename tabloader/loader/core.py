@@ -15,9 +15,9 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.loader.batcher import Batcher
-from tabloader.loader.buffer import Chunk, ChunkBuffer, _arrow_list_to_numpy
+from tabloader.loader.buffer import Chunk, ChunkBuffer, _list_rows
 from tabloader.loader.layout import ColumnLayout
-from tabloader.loader.plan import ChunkSpec, PartitionPlan
+from tabloader.loader.plan import ChunkSpec, PartitionPlan, Segment
 from tabloader.loader.prefetch import Prefetcher
 from tabloader.loader.reader import PartitionReader, ReadAhead
 from tabloader.loader.shuffle import Shuffler
@@ -43,8 +43,10 @@ class Loader:
             ``(seed, epoch)``. None draws a random seed (kept in ``loader.seed`` and in
             ``state_dict()``, so a run can still be resumed); not with several ranks, which must
             share one seed to read disjoint rows.
-        device: ``"cpu"`` (numpy) or ``"cuda"`` (CuPy; decoded by cuDF when the dataset is a
-            cuDF one, else by pyarrow and copied to the GPU once per chunk from pinned memory).
+        device: ``"cpu"`` (numpy) or ``"cuda"`` / ``"cuda:N"`` (CuPy; decoded by cuDF when the
+            dataset is a cuDF one, else by pyarrow and copied to the GPU once per chunk from
+            pinned memory). ``"cuda"`` is the GPU current when the loader is built; the
+            loader's threads work on that GPU whatever the calling thread's current one.
         categorical, continuous, target: column names overriding the schema's CATEGORICAL,
             CONTINUOUS and TARGET tags (``[]`` for none).
         drop_last: drop the last short batch (and, with several ranks, the rows that do not
@@ -91,8 +93,9 @@ class Loader:
                              f"{' (not given)' if global_size is None else ''}, got global_rank={global_rank!r}")
         self.seed = _seed(seed, self.shuffle, self.global_size)
         self.device = backend.resolve_device(device)
+        self._on_device = backend.device_context(device if ":" in str(device) else self.device)
         self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target)
-        self.gpu_frames = self.device == "cuda" and getattr(dataset, "device", "cpu") == "cuda"
+        self.gpu_frames = backend.reads_frames(getattr(dataset, "device", backend.HOST), self.device)
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
         self.buffer_bytes = parse_size(buffer_size, "buffer_size")
@@ -151,9 +154,8 @@ class Loader:
         if first is None:
             return {}
         table = self.reader.read(first)
-        if backend.is_gpu_object(table):
-            return {n: float(table[n].list.len().mean()) for n in self.layout.lists}
-        return {n: len(_arrow_list_to_numpy(table.column(n))[0]) / max(1, len(table)) for n in self.layout.lists}
+        whole = Segment(first, 0, sizes[first])
+        return {n: len(_list_rows(table, whole, n)[0]) / sizes[first] for n in self.layout.lists}
 
     # --- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[dict[str, Any], Any]]:
@@ -169,11 +171,17 @@ class Loader:
         specs = [s for s in self.plan.chunks(epoch) if s.row_start + s.num_rows > start]
         buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
         reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments],
-                                       ahead=1 if self.prefetch else 0)
+                                       ahead=1 if self.prefetch else 0, context=self._on_device)
         build = lambda spec: self._build(buffer, reads, spec, epoch)  # noqa: E731
         source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
+        batches = self.batcher.batches(source, start, self.plan.rows_per_rank)
         try:
-            for features, target, rows in self.batcher.batches(source, start, self.plan.rows_per_rank):
+            while True:
+                with self._on_device():  # this thread's current GPU is the user's between batches
+                    batch = next(batches, None)
+                if batch is None:
+                    break
+                features, target, rows = batch
                 self._current[1] += rows
                 yield features, target
             self._current = None  # finished: state_dict() points at the next epoch
@@ -189,9 +197,9 @@ class Loader:
         return self._buffer
 
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int) -> Chunk:
-        tables = [reads.get(seg.partition) for seg in spec.segments]
-        chunk = buffer.fill(spec, tables)
-        chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
+        with self._on_device():
+            chunk = buffer.fill(spec, [reads.get(seg.partition) for seg in spec.segments])
+            chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
         return chunk
 
     @property
