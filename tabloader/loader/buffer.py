@@ -6,8 +6,9 @@ contiguous span per row instead of one cache line per value. Its buffers are pre
 reused in turn, so the loader's memory is bounded by the chunk size whatever the dataset size.
 There is one fill path for every device: rows decoded on the host (pyarrow) are packed in host
 staging -- the buffers themselves on the CPU, pinned memory copied to the GPU once per chunk --
-and rows decoded on the device (cuDF) straight into the buffers. :class:`Chunk` is the packed
-result the shuffler and the batcher work on.
+rows decoded on the device (cuDF) straight into the buffers, and resident rows
+(:class:`PackedRows`, already packed on the device) are copied there. :class:`Chunk` is the
+packed result the shuffler and the batcher work on.
 """
 
 from __future__ import annotations
@@ -37,6 +38,20 @@ class Chunk:
     @property
     def num_rows(self) -> int:
         return self.spec.num_rows
+
+
+@dataclasses.dataclass
+class PackedRows:
+    """All rows of a partition packed as in a chunk, in arrays of their own on the device:
+    ``groups`` dtype -> (rows, columns), ``lists`` name -> (values, offsets)."""
+
+    groups: dict[str, Any]
+    lists: dict[str, tuple[Any, Any]]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [*self.groups.values(), *(a for pair in self.lists.values() for a in pair)]
+        return sum(int(a.nbytes) for a in arrays)
 
 
 class ChunkBuffer:
@@ -77,8 +92,8 @@ class ChunkBuffer:
         return self._slots[index]
 
     def fill(self, spec: ChunkSpec, sources: Sequence[Any]) -> Chunk:
-        """Pack ``spec``'s segments; ``sources[i]`` is the decoded partition (a pyarrow Table, or
-        a frame on the device) of ``spec.segments[i]``."""
+        """Pack ``spec``'s segments; ``sources[i]`` holds the rows of ``spec.segments[i]``: its
+        decoded partition (a pyarrow Table, or a frame on the device) or its :class:`PackedRows`."""
         if spec.num_rows > self.max_rows:
             raise ValueError(f"chunk of {spec.num_rows} rows exceeds the buffer of {self.max_rows} rows")
         slot = self._next
@@ -88,6 +103,14 @@ class ChunkBuffer:
         lists = self._pack(spec.segments, sources, buffers, staging)
         return Chunk(spec, {d: b[:spec.num_rows] for d, b in buffers.items()}, lists)
 
+    def pack_partition(self, table: Any) -> PackedRows:
+        """Every row of a decoded partition packed into new arrays on the device."""
+        rows = table.num_rows if hasattr(table, "num_rows") else len(table)
+        buffers = self._empty(rows)
+        staging = {d: backend.host_staging(b) for d, b in buffers.items()}
+        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, staging)
+        return PackedRows(buffers, lists)
+
     def _pack(self, segments: Sequence[Segment], sources: Sequence[Any], buffers: dict[str, Any],
               staging: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
         """Write the segments' rows one after the other into ``buffers``; return the list
@@ -96,12 +119,18 @@ class ChunkBuffer:
         lists: dict[str, list[tuple[Any, Any]]] = {name: [] for name in self.layout.lists}
         for seg, source in zip(segments, sources):
             stop = row + seg.num_rows
-            decoded_on_host = backend.on_host(source)
-            _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
-            if decoded_on_host:
-                uploads.append((row, stop))
-            for name, parts in lists.items():
-                parts.append(_list_rows(source, seg, name))
+            if isinstance(source, PackedRows):  # resident: a copy on the device
+                for dtype, buf in buffers.items():
+                    buf[row:stop] = source.groups[dtype][seg.start:seg.stop]
+                for name, parts in lists.items():
+                    parts.append(_slice_lists(*source.lists[name], seg.start, seg.stop))
+            else:
+                decoded_on_host = backend.on_host(source)
+                _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
+                if decoded_on_host:
+                    uploads.append((row, stop))
+                for name, parts in lists.items():
+                    parts.append(_list_rows(source, seg, name))
             row = stop
         backend.copy_rows(buffers, staging, uploads)
         xp = self.xp
@@ -153,6 +182,12 @@ def _list_rows(table: Any, seg: Segment, name: str) -> tuple[np.ndarray, np.ndar
     if _is_arrow(table):
         return _arrow_list_to_numpy(table.column(name).slice(seg.start, seg.num_rows))
     return _arrow_list_to_numpy(backend.list_column_to_arrow(table[name].iloc[seg.start:seg.stop]))
+
+
+def _slice_lists(values: Any, offsets: Any, start: int, stop: int) -> tuple[Any, Any]:
+    """Rows ``[start, stop)`` of a packed list column, offsets from 0."""
+    first, last = int(offsets[start]), int(offsets[stop])
+    return values[first:last], offsets[start:stop + 1] - first
 
 
 def _arrow_list_to_numpy(array: Any) -> tuple[np.ndarray, np.ndarray]:
