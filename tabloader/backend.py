@@ -574,4 +574,4 @@ def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMEN
 # The device half of the seam (re-exported: every module asks backend).
 from tabloader.device import (  # noqa: E402,F401
     HOST, array_device, block_rows, copy_rows, device_context, empty_columns, host_staging, is_frame, is_host,
-    on_host, permutation, pins_host_memory, reads_frames, resolve_frame_device, synchronize, take_rows)
+    on_host, permutation, pins_host_memory, reads_frames, repeat, resolve_frame_device, synchronize, take_rows)

@@ -9,7 +9,7 @@ of the operations below:
 * where things live: :func:`is_host`, :func:`on_host`, :func:`array_device`,
   :func:`reads_frames`, :func:`pins_host_memory`, :func:`device_context`;
 * memory: :func:`host_staging`, :func:`copy_rows`, :func:`empty_columns`, :func:`synchronize`;
-* loops over a buffer: :func:`block_rows`, :func:`take_rows`, :func:`permutation`;
+* loops over a buffer: :func:`block_rows`, :func:`take_rows`, :func:`repeat`, :func:`permutation`;
 * frames: :func:`is_frame`, :func:`resolve_frame_device`.
 
 Device names are the seam's (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``); functions that
@@ -207,6 +207,22 @@ def take_rows(array: Any, indices: Any, out: Any) -> Any:
     if on_host(array):
         return np.take(array, indices, axis=0, out=out, mode="clip")  # "clip": no bounds check, no buffering
     return backend.cupy().take(array, indices, axis=0, out=out)
+
+
+def repeat(values: Any, counts: Any, total: int) -> Any:
+    """Each ``values[i]`` ``counts[i]`` times, in order (``total`` is ``counts.sum()``): numpy's
+    ``repeat``; CuPy's takes no array of counts, so on a GPU each output position looks its
+    value up in the running sum of the counts.
+
+    Example:
+        >>> repeat(np.array([7, 8, 9]), np.array([2, 0, 1]), 3).tolist()
+        [7, 7, 9]
+    """
+    if on_host(values):
+        return np.repeat(values, counts)
+    cp = backend.cupy()
+    source = cp.searchsorted(cp.cumsum(counts), cp.arange(total), side="right")
+    return values[source]
 
 
 def permutation(n: int, key: Sequence[int], device: Any) -> Any:

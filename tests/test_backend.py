@@ -181,6 +181,15 @@ def test_take_rows_into_empty_columns(device):
         assert all(out[j].ctypes.data % backend.ALIGNMENT == 0 for j in range(3))
 
 
+def test_repeat(device):
+    xp = backend.array_lib(device)
+    counts = np.array([2, 0, 3, 1, 0])
+    values = np.array([10, 20, 30, 40, 50])
+    got = backend.repeat(xp.asarray(values), xp.asarray(counts), int(counts.sum()))
+    assert as_numpy(got).tolist() == [10, 10, 30, 30, 30, 40]
+    assert as_numpy(backend.repeat(xp.asarray(values), xp.zeros(5, dtype=np.int64), 0)).tolist() == []
+
+
 def test_block_rows(device):
     like = backend.array_lib(device).zeros(1)
     assert backend.block_rows(like, 0, 64) == 1

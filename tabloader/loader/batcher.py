@@ -123,7 +123,7 @@ def _gather_lists(values: Any, offsets: Any, idx: Any) -> tuple[Any, Any]:
     new_offsets = xp.zeros(len(idx) + 1, dtype=xp.int64)
     xp.cumsum(lengths, out=new_offsets[1:])
     total = int(new_offsets[-1])
-    positions = xp.repeat(starts - new_offsets[:-1], lengths) + xp.arange(total, dtype=xp.int64)
+    positions = backend.repeat(starts - new_offsets[:-1], lengths, total) + xp.arange(total, dtype=xp.int64)
     return values[positions], new_offsets
 
 
