@@ -148,8 +148,8 @@ def test_list_columns(tmp_path, device):
             [lists[i] for i in batch["id"]]
 
 
-@pytest.mark.parametrize("resident, match", [("lots", "resident='lots' is not a size"), (0, "resident must be positive"),
-                                             (-5, "resident must be positive"), ([1], "resident=")])
+@pytest.mark.parametrize("resident, match", [("lots", "resident='lots' is not a size"), ([1], "resident="),
+                                             (0, "resident must be positive"), (-5, "resident must be positive")])
 def test_bad_budget_names_the_argument(tmp_path, resident, match):
     path = write_dataset(tmp_path / "d", [10])
     with pytest.raises(ValueError, match=match):

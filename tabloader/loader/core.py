@@ -101,7 +101,7 @@ class Loader:
                              f"{' (not given)' if global_size is None else ''}, got global_rank={global_rank!r}")
         self.seed = _seed(seed, self.shuffle, self.global_size)
         self.device = backend.resolve_device(device)
-        self._on_device = backend.device_context(device if ":" in str(device) else self.device)
+        self._on_device = backend.device_context(device)
         self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target)
         self.gpu_frames = backend.reads_frames(getattr(dataset, "device", backend.HOST), self.device)
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
@@ -210,7 +210,8 @@ class Loader:
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
                resident: frozenset[int]) -> Chunk:
         with self._on_device():
-            chunk = buffer.fill(spec, [self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments])
+            sources = [self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments]
+            chunk = buffer.fill(spec, sources)
             chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
         return chunk
 
