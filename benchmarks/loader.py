@@ -3,17 +3,24 @@
 Compares, from one run:
 
 * ``tabloader``: ``tabloader.Loader`` (numpy batches; CuPy with ``--device cuda``), one epoch
-  of a fresh loader (``first``) and the next epoch (``steady``);
+  of a fresh loader (``first``) and the next epoch (``next``); on CUDA decoded by pyarrow and
+  copied from pinned memory, and also decoded by cuDF when cuDF is usable;
+* ``tabloader resident``: the same with ``resident=True``: the first epoch keeps the decoded
+  partitions on the device (host memory on the CPU), the next one only copies, shuffles and
+  slices them;
 * ``ceiling``: pyarrow reads every file into numpy, then each batch gathers every column by a
-  random permutation -- nothing else (the work any shuffling loader must do);
+  random permutation -- nothing else (the work any shuffling loader must do on the host);
 * ``torch batched``: the usual hand-written PyTorch approach: all rows already in memory as
-  tensors, ``randperm`` and one index per tensor per batch (loading time not counted);
+  tensors on the device (GPU tensors with ``--device cuda``), ``randperm`` and one index per
+  tensor per batch (loading time not counted);
 * ``torch DataLoader``: a map-style ``Dataset`` returning one row at a time, batched by
-  ``torch.utils.data.DataLoader`` (num_workers 0 and 2), timed on a subset and extrapolated.
+  ``torch.utils.data.DataLoader`` (num_workers 0 and 2; batches copied to the GPU with
+  ``--device cuda``), timed on a subset and extrapolated.
 
 Usage::
 
     python benchmarks/loader.py --rows 5000000 --files 10 --batch-sizes 4096 65536 --data /tmp/bench
+    python benchmarks/loader.py --device cuda ...    # on a GPU machine (tools/gpu_checks.sh)
 """
 
 from __future__ import annotations
@@ -30,28 +37,45 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import (CRITEO_CATEGORICAL, CRITEO_CONTINUOUS, CRITEO_LABEL, preprocessed_criteo,  # noqa: E402
-                     print_table)
+                     print_table, sync)
 
 
-def run_tabloader(path: str, batch_size: int, device: str, buffer_size: str) -> tuple[float, float]:
-    """rows/s of the first epoch of a fresh loader and of the following epoch."""
+def run_tabloader(path: str, batch_size: int, device: str, buffer_size: str, resident: bool = False,
+                  decode_on: str = "cpu") -> tuple[float, float]:
+    """rows/s of the first epoch of a fresh loader and of the following epoch; ``decode_on``
+    is the dataset's device (``"cuda"``: cuDF decodes)."""
     import tabloader as tl
+    from tabloader import backend
 
-    loader = tl.Loader(tl.Dataset(path), batch_size=batch_size, shuffle=True, seed=0, device=device,
-                       buffer_size=buffer_size)
+    loader = tl.Loader(tl.Dataset(path, device=decode_on), batch_size=batch_size, shuffle=True, seed=0,
+                       device=device, buffer_size=buffer_size, resident=resident)
     rates = []
     for _ in range(2):
         start = time.perf_counter()
         rows = 0
         for features, target in loader:
             rows += len(target)
-        if device == "cuda":
-            from tabloader import backend
-
-            backend.cupy().cuda.runtime.deviceSynchronize()
+        backend.synchronize(device)
         rates.append(rows / (time.perf_counter() - start))
     loader.close()
     return rates[0], rates[1]
+
+
+def tabloader_rows(path: str, batch_size: int, device: str, buffer_size: str) -> list[tuple[str, float]]:
+    """The tabloader rows of the table: reading every epoch and resident, with cuDF decoding too
+    on a GPU where cuDF is usable."""
+    from tabloader import backend
+
+    decoders = [("cpu", "")]
+    if not backend.is_host(device):
+        decoders = [("cpu", ", pyarrow + pinned copy")] + ([("cuda", ", cuDF decoding")]
+                                                           if backend.cudf_available() else [])
+    results = []
+    for decode_on, how in decoders:
+        for resident, kind in ((False, "tabloader"), (True, "tabloader resident")):
+            first, steady = run_tabloader(path, batch_size, device, buffer_size, resident, decode_on)
+            results += [(f"{kind} (first epoch{how})", first), (f"{kind} (next epoch{how})", steady)]
+    return results
 
 
 def run_ceiling(path: str, batch_size: int) -> float:
@@ -72,22 +96,24 @@ def run_ceiling(path: str, batch_size: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def run_torch_batched(path: str, batch_size: int) -> float:
-    """In-memory tensors (loading not timed), randperm, one index_select per tensor per batch."""
+def run_torch_batched(path: str, batch_size: int, device: str) -> float:
+    """In-memory tensors on ``device`` (loading not timed), randperm, one index per tensor per batch."""
     import pyarrow.parquet as pq
     import torch
 
     table = pq.read_table(path)
-    cat = torch.from_numpy(np.stack([table.column(c).to_numpy() for c in CRITEO_CATEGORICAL], axis=1))
-    cont = torch.from_numpy(np.stack([table.column(c).to_numpy() for c in CRITEO_CONTINUOUS], axis=1))
-    label = torch.from_numpy(table.column(CRITEO_LABEL).to_numpy().copy())
+    cat = torch.from_numpy(np.stack([table.column(c).to_numpy() for c in CRITEO_CATEGORICAL], axis=1)).to(device)
+    cont = torch.from_numpy(np.stack([table.column(c).to_numpy() for c in CRITEO_CONTINUOUS], axis=1)).to(device)
+    label = torch.from_numpy(table.column(CRITEO_LABEL).to_numpy().copy()).to(device)
     del table
     n = len(label)
+    sync(device)
     start = time.perf_counter()
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0)).to(device)
     for s in range(0, n, batch_size):
         idx = perm[s:s + batch_size]
         batch = (cat[idx], cont[idx], label[idx])  # noqa: F841
+    sync(device)
     return n / (time.perf_counter() - start)
 
 
@@ -104,7 +130,8 @@ class _RowDataset:
         return self.cat[i], self.cont[i], self.label[i]
 
 
-def run_torch_dataloader(path: str, batch_size: int, workers: int, subset: int) -> float:
+def run_torch_dataloader(path: str, batch_size: int, workers: int, subset: int, device: str) -> float:
+    """Rows one at a time, batched by DataLoader (pinned and copied to ``device`` when it is a GPU)."""
     import pyarrow.parquet as pq
     import torch
 
@@ -116,9 +143,13 @@ def run_torch_dataloader(path: str, batch_size: int, workers: int, subset: int) 
     dataset = _RowDataset(cat, cont, label)
     loader = torch.utils.data.DataLoader(dataset, batch_size=min(batch_size, len(dataset)), shuffle=True,
                                          num_workers=workers, generator=torch.Generator().manual_seed(0),
-                                         persistent_workers=False)
+                                         persistent_workers=False, pin_memory=device == "cuda")
     start = time.perf_counter()
-    rows = sum(len(batch[2]) for batch in loader)
+    rows = 0
+    for batch in loader:
+        batch = [t.to(device, non_blocking=True) for t in batch]
+        rows += len(batch[2])
+    sync(device)
     return rows / (time.perf_counter() - start)
 
 
@@ -146,17 +177,19 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         torch = None
 
+    where = "GPU tensors" if args.device == "cuda" else "tensors"
     rows = []
     for bs in args.batch_sizes:
-        first, steady = run_tabloader(path, bs, args.device, args.buffer_size)
+        results = tabloader_rows(path, bs, args.device, args.buffer_size)
+        first = results[0][1]
         ceiling = run_ceiling(path, bs)
-        results = [("tabloader (first epoch)", first), ("tabloader (next epoch)", steady), ("ceiling: pyarrow + numpy gather", ceiling)]
+        results.append(("ceiling: pyarrow + numpy gather (host)", ceiling))
         if torch is not None:
-            results.append(("torch batched, in-memory tensors", run_torch_batched(path, bs)))
+            results.append((f"torch batched, in-memory {where}", run_torch_batched(path, bs, args.device)))
             if not args.skip_dataloader:
                 for workers in (0, 2):
                     results.append((f"torch DataLoader item-by-item, {workers} workers",
-                                    run_torch_dataloader(path, bs, workers, args.subset)))
+                                    run_torch_dataloader(path, bs, workers, args.subset, args.device)))
         for name, rate in results:
             rows.append([bs, name, f"{rate / 1e6:.2f}M", f"{rate / ceiling:.2f}", f"{first / rate:.1f}x"])
             print(f"  batch {bs}: {name}: {rate / 1e6:.3f}M rows/s", flush=True)

@@ -2,7 +2,9 @@
 
 Only this module imports cuDF, CuPy and dask_cudf, and only when asked for. Everything else
 asks it which dataframe and array library to use for a device, how to read parquet, and how to
-export an array by DLPack. Nothing here decides GPU availability at import time.
+export an array by DLPack. Its device half, :mod:`tabloader.device` (where arrays live, host
+staging and copies to the GPU, seeded permutations...), is re-exported here: ask
+``backend.<name>`` for those too. Nothing here decides GPU availability at import time.
 
 Example:
     >>> from tabloader import backend
@@ -146,14 +148,25 @@ def concat(frames: Sequence[Any], **kwargs: Any) -> Any:
     return lib.concat(list(frames), **kwargs)
 
 
-def to_host(frame: Any) -> Any:
-    """A pandas copy of a cuDF frame; pandas frames are returned as they are."""
-    return frame.to_pandas() if is_gpu_object(frame) else frame
+def to_host(data: Any) -> Any:
+    """A host copy of GPU data: pandas for a cuDF frame or series, numpy for a CuPy array;
+    host data is returned as it is.
+
+    Example:
+        >>> to_host(np.arange(2)).tolist()
+        [0, 1]
+    """
+    if not is_gpu_object(data):
+        return data
+    return data.to_pandas() if hasattr(data, "to_pandas") else cupy().asnumpy(data)
 
 
-def to_device(frame: pd.DataFrame, device: str) -> Any:
-    """Move a pandas frame to ``device`` (cuDF for the GPU)."""
-    return cudf().from_pandas(frame) if resolve_device(device) == "cuda" else frame
+def to_device(frame: Any, device: str) -> Any:
+    """Move a pandas frame to ``device`` (cuDF for the GPU); a frame already on a GPU stays
+    where it is."""
+    if resolve_device(device) == "cuda" and not is_gpu_object(frame):
+        return cudf().from_pandas(frame)
+    return frame
 
 
 def frame_arrow_schema(frame: Any) -> Any:
@@ -318,47 +331,6 @@ def hash_int64(values: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> xp.uint64(30))) * xp.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> xp.uint64(27))) * xp.uint64(0x94D049BB133111EB)
         return z ^ (z >> xp.uint64(31))
-
-
-# --- GPU buffers for the loader (CuPy, imported lazily) ------------------------------------
-def pinned_empty(shape: Any, dtype: Any) -> np.ndarray:
-    """An uninitialized numpy array in page-locked (pinned) host memory, for fast, async
-    host -> GPU copies. Needs CuPy and a CUDA device."""
-    cp = cupy()
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape)) if np.ndim(shape) else int(shape)
-    memory = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
-    return np.frombuffer(memory, dtype=dtype, count=count).reshape(shape)
-
-
-def device_empty(shape: Any, dtype: Any) -> Any:
-    """An uninitialized CuPy array on the current CUDA device."""
-    return cupy().empty(shape, dtype=dtype)
-
-
-def copy_to_device(host: dict, device_buffers: dict) -> dict:
-    """Copy each host array of ``host`` into the leading rows of the same-key CuPy buffer of
-    ``device_buffers`` (on a side stream, waited for), and return the filled device views."""
-    cp = cupy()
-    stream = cp.cuda.Stream(non_blocking=True)
-    out = {}
-    with stream:
-        for key, array in host.items():
-            view = device_buffers[key][: len(array)]
-            view.set(np.ascontiguousarray(array), stream=stream)
-            out[key] = view
-    stream.synchronize()
-    return out
-
-
-def device_permutation(n: int, key: Sequence[int], shuffle: bool = True) -> Any:
-    """A permutation of ``range(n)`` drawn on the GPU from a seed derived from ``key``
-    (the identity when ``shuffle`` is False)."""
-    cp = cupy()
-    if not shuffle:
-        return cp.arange(n, dtype=cp.int64)
-    seed = int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint32)[0])
-    return cp.random.RandomState(seed).permutation(n).astype(cp.int64, copy=False)
 
 
 # --- hashing of strings and hash combination (added for the categorical operators) ------
@@ -597,6 +569,12 @@ def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMEN
     itemsize = np.dtype(dtype).itemsize
     per_row = -(-rows * itemsize // alignment) * alignment // itemsize
     return aligned_empty((ncols, max(per_row, 1)), dtype, alignment)[:, :rows]
+
+
+# The device half of the seam (re-exported: every module asks backend).
+from tabloader.device import (  # noqa: E402,F401
+    HOST, array_device, block_rows, copy_rows, device_context, empty_columns, host_staging, is_frame, is_host,
+    on_host, permutation, pins_host_memory, reads_frames, repeat, resolve_frame_device, synchronize, take_rows)
 
 
 # --- operator helpers of the seam, kept in tabloader.columnar ------------------------------

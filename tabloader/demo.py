@@ -116,11 +116,10 @@ def _torch_device(device: str) -> Any:
 def make_loader(path: str, batch_size: int, device: Any, shuffle: bool, seed: int = 0) -> Any:
     """A :class:`tabloader.torch.Loader` over a transformed Criteo directory; on CUDA the
     loader works on the GPU when CuPy is installed, else batches are copied there."""
-    from tabloader import Dataset, backend
+    from tabloader import Dataset
     from tabloader.torch import Loader
 
-    loader_device = device if device.type == "cuda" and backend.has_module("cupy") else "cpu"
-    return Loader(Dataset(path), batch_size, device=loader_device, shuffle=shuffle, seed=seed,
+    return Loader(Dataset(path), batch_size, device=device, shuffle=shuffle, seed=seed,
                   categorical=CATEGORICAL, continuous=CONTINUOUS, target=LABEL)
 
 

@@ -119,9 +119,9 @@ class _TableWriter:
 
 
 def _frame_of(value: Any) -> pd.DataFrame:
-    value = backend.to_host(value) if backend.is_gpu_object(value) else value
-    if isinstance(value, np.ndarray) or type(value).__name__ == "ndarray":
-        return pd.DataFrame({"values": np.asarray(value.get() if hasattr(value, "get") else value)})
+    value = backend.to_host(value)
+    if isinstance(value, np.ndarray):
+        return pd.DataFrame({"values": value})
     if isinstance(value, pd.Series):  # the index is kept: Series are often keyed by column name
         return pd.DataFrame({"index": value.index, "values": value.to_numpy()})
     return value  # DataFrames are saved without their index

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import pandas as pd
 
 from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
@@ -145,7 +144,7 @@ class Workflow:
             self._check_input(data.schema.column_names, "data")
             return data.with_transform(self.transform_frame, self.output_schema, self.input_columns,
                                        self.plan_.preserves_rows)
-        if isinstance(data, pd.DataFrame) or backend.is_gpu_object(data):
+        if backend.is_frame(data):
             self._check_input(list(data.columns), "DataFrame")
             return self.transform_frame(data)
         return self.transform(Dataset(data)).to_ddf()

@@ -5,7 +5,8 @@
   the pytest process, where other modules may already have imported them), at small shapes.
 * On CUDA, the ``gpu`` tests of the same file call the cases natively at realistic shapes.
 
-Each ``case_*`` function takes ``device`` and a ``size`` ("small" | "large") and raises
+Each case of ``CASES`` (the ``case_*`` functions, plus ``update_<optimizer>_<dtype>`` for every
+optimizer and activation dtype) takes ``device`` and a ``size`` ("small" | "large") and raises
 AssertionError on a mismatch. Oracles: the PyTorch reference backend (which the CPU tests
 check against ``nn.Embedding`` + ``torch.optim``) and, directly, ``nn.Embedding`` + ``SGD`` /
 ``SparseAdam``. Importing this module has no side effects.
@@ -13,6 +14,7 @@ check against ``nn.Embedding`` + ``torch.optim``) and, directly, ``nn.Embedding`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -164,6 +166,21 @@ def case_update(device, size):
             assert torch.count_nonzero(tri.table_weight(cfg.name)[0]) == 0, f"{what}: padding row of {cfg.name} moved"
 
 
+def _update_in_dtype(device, size, optimizer, dtype_name):
+    """Triton update == reference update for one optimizer with activations (outputs and
+    upstream gradients) in one dtype: single-hot and pooled, 2 steps, weights and states."""
+    torch = _torch()
+    dtype = getattr(torch, dtype_name)
+    rtol, atol = (1e-4, 1e-6) if dtype == torch.float32 else (1e-3, 1e-5)
+    for pooled in (False, True):
+        tri, ref = _train_both(size, device, optimizer, pooled, dtype=dtype, steps=2)
+        what = f"{optimizer} {dtype_name} pooled={pooled}"
+        _close(tri.weight, ref.weight, what + " weights", rtol=rtol, atol=atol)
+        for name, buf in ref.named_buffers():
+            if not name.startswith("_"):
+                _close(dict(tri.named_buffers())[name], buf, f"{what} {name}", rtol=rtol, atol=atol)
+
+
 def case_half_gradients(device, size):
     """fp16 / bf16 activations: gradients are accumulated in fp32, like the reference."""
     torch = _torch()
@@ -283,6 +300,9 @@ def case_bounds(device, size):
 
 
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+# every optimizer in every activation dtype, one case each (natively on CUDA; the interpreter on CPU)
+CASES.update({f"update_{optimizer}_{dtype}": functools.partial(_update_in_dtype, optimizer=optimizer, dtype_name=dtype)
+              for optimizer in ("sgd", "adagrad", "adam") for dtype in ("float32", "float16", "bfloat16")})
 
 
 def run_all(device: str, size: str, names=None) -> dict[str, str]:

@@ -124,6 +124,115 @@ def test_has_module():
     assert backend.has_module("surely_not_a_module_name_xyz") is False
 
 
+# --- the device half of the seam -------------------------------------------------------------
+def as_numpy(array):
+    """A numpy copy of a numpy or CuPy array (by CuPy's own call, not the seam's)."""
+    return array.get() if type(array).__module__.startswith("cupy") else np.asarray(array)
+
+
+def test_device_names_and_where_data_lives():
+    assert backend.is_host("cpu") and backend.is_host("CPU:0") and not backend.is_host("cuda:1")
+    assert backend.on_host(np.zeros(2)) and backend.on_host(pd.DataFrame({"a": [1]}))
+    assert backend.on_host(pa.table({"a": [1]}))
+    assert backend.pins_host_memory("cuda:0") and not backend.pins_host_memory("cpu")
+    assert backend.reads_frames("cpu", "cpu") is False and backend.reads_frames("cuda", "cpu") is False
+    assert backend.array_device("cpu") == "cpu" and backend.array_device("mps") == "cpu"
+
+
+@pytest.mark.skipif(backend.has_module("cupy"), reason="checks the fallback where CuPy is not installed")
+def test_array_device_falls_back_to_the_host_without_cupy():
+    assert backend.array_device("cuda:1") == "cpu"
+
+
+def test_is_frame():
+    import dask.dataframe as dd
+
+    frame = pd.DataFrame({"a": [1, 2]})
+    assert backend.is_frame(frame)
+    assert not any(backend.is_frame(x) for x in (frame["a"], np.zeros(2), dd.from_pandas(frame, npartitions=1)))
+
+
+def test_resolve_frame_device_on_the_host():
+    assert backend.resolve_frame_device("cpu") == "cpu"
+    if not backend.cudf_available():
+        assert backend.resolve_frame_device(None) == "cpu"
+
+
+def test_permutation_is_seeded_by_the_key(device):
+    first = as_numpy(backend.permutation(1000, [1, 2, 3, 4], device))
+    assert sorted(first.tolist()) == list(range(1000)) and first.dtype == np.int64
+    assert np.array_equal(first, as_numpy(backend.permutation(1000, [1, 2, 3, 4], device)))
+    assert not np.array_equal(first, as_numpy(backend.permutation(1000, [1, 2, 3, 5], device)))
+    if device == "cpu":  # numpy's generator, keyed by the whole key
+        assert np.array_equal(first, np.random.default_rng([1, 2, 3, 4]).permutation(1000))
+
+
+def test_take_rows_into_empty_columns(device):
+    xp = backend.array_lib(device)
+    rows = np.arange(30, dtype=np.int64).reshape(10, 3)
+    indices = np.array([3, 1, 9, 3])
+    scratch = xp.empty((4, 3), dtype=np.int64)
+    backend.take_rows(xp.asarray(rows), xp.asarray(indices), scratch)
+    out = backend.empty_columns(3, 4, np.int64, like=scratch)
+    out[:, :] = scratch.T
+    assert as_numpy(out).tolist() == rows[indices].T.tolist()
+    assert all(out[j].flags.c_contiguous for j in range(3))
+    if device == "cpu":
+        assert all(out[j].ctypes.data % backend.ALIGNMENT == 0 for j in range(3))
+
+
+def test_repeat(device):
+    xp = backend.array_lib(device)
+    counts = np.array([2, 0, 3, 1, 0])
+    values = np.array([10, 20, 30, 40, 50])
+    got = backend.repeat(xp.asarray(values), xp.asarray(counts), int(counts.sum()))
+    assert as_numpy(got).tolist() == [10, 10, 30, 30, 30, 40]
+    assert as_numpy(backend.repeat(xp.asarray(values), xp.zeros(5, dtype=np.int64), 0)).tolist() == []
+
+
+def test_block_rows(device):
+    like = backend.array_lib(device).zeros(1)
+    assert backend.block_rows(like, 0, 64) == 1
+    assert backend.block_rows(like, 10_000, 64) == (64 if device == "cpu" else 10_000)
+
+
+def test_host_staging_and_copy_rows(device):
+    xp = backend.array_lib(device)
+    destination = xp.zeros((6, 2), dtype=np.float32)
+    staging = backend.host_staging(destination)
+    assert isinstance(staging, np.ndarray) and staging.shape == (6, 2) and staging.dtype == np.float32
+    assert (staging is destination) == (device == "cpu")
+    staging[:] = np.arange(12, dtype=np.float32).reshape(6, 2)
+    backend.copy_rows({"f": destination}, {"f": staging}, [(0, 2), (4, 6)])
+    expected = np.arange(12, dtype=np.float32).reshape(6, 2)
+    if device != "cpu":
+        expected[2:4] = 0  # rows outside the ranges are not copied
+    assert as_numpy(destination).tolist() == expected.tolist()
+
+
+def test_device_context_and_synchronize(device):
+    import threading
+
+    context = backend.device_context(device)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(_current_gpu(device, context)))
+    thread.start()
+    thread.join()
+    assert seen == [_current_gpu(device, context)]
+    backend.synchronize(device)
+
+
+def _current_gpu(device, context):
+    with context():
+        return backend.cupy().cuda.runtime.getDevice() if device == "cuda" else None
+
+
+def test_to_host(device):
+    on_device = backend.array_lib(device).arange(3)
+    host = backend.to_host(on_device)
+    assert isinstance(host, np.ndarray) and host.tolist() == [0, 1, 2]
+
+
 # --- arrow helpers ------------------------------------------------------------------------------
 def test_frame_arrow_schema():
     import dask.dataframe as dd

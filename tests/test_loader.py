@@ -1,5 +1,8 @@
 """The core batch loader: exactly-once epochs, determinism, resume, sharding, bounded memory,
-column roles, list columns and bad input. Expected values are computed here with numpy/pandas."""
+column roles, list columns and bad input. Expected values are computed here with numpy/pandas.
+
+The properties (exactly once, ranks, determinism, resume, list columns) run on every device of
+the ``device`` fixture (tests/conftest.py): the CPU here, and CUDA, marked ``gpu``, on a GPU."""
 
 from __future__ import annotations
 
@@ -44,8 +47,13 @@ def write_dataset(path, sizes, row_group_size=None, schema=SCHEMA) -> str:
     return str(path)
 
 
+def host(array) -> np.ndarray:
+    """A numpy copy of a batch array, numpy or CuPy (by CuPy's own call, not the seam's)."""
+    return array.get() if type(array).__module__.startswith("cupy") else np.asarray(array)
+
+
 def epoch_ids(loader) -> list[np.ndarray]:
-    return [np.asarray(f["id"]) for f, _ in loader]
+    return [host(f["id"]) for f, _ in loader]
 
 
 @pytest.fixture
@@ -58,17 +66,17 @@ def data(tmp_path):
 @given(sizes=st.lists(st.integers(1, 60), min_size=1, max_size=5), row_group=st.integers(5, 64),
        batch_size=st.integers(1, 70), chunk_rows=st.integers(1, 200), shuffle=st.booleans(),
        prefetch=st.booleans(), parts=st.one_of(st.none(), st.integers(1, 3)), seed=st.integers(0, 3))
-def test_every_row_exactly_once(tmp_path_factory, sizes, row_group, batch_size, chunk_rows, shuffle, prefetch, parts,
-                                seed):
+def test_every_row_exactly_once(tmp_path_factory, device, sizes, row_group, batch_size, chunk_rows, shuffle, prefetch,
+                                parts, seed):
     path = write_dataset(tmp_path_factory.mktemp("p"), sizes, row_group_size=row_group)
     ds = tl.Dataset(path, part_size=row_group * ROW_BYTES)  # about one row group per partition
     loader = Loader(ds, batch_size, shuffle=shuffle, seed=seed, buffer_size=chunk_rows * ROW_BYTES,
-                    parts_per_chunk=parts, prefetch=prefetch)
+                    parts_per_chunk=parts, prefetch=prefetch, device=device)
     expected = pd.concat([pd.read_parquet(os.path.join(path, f)) for f in sorted(os.listdir(path))
                           if f.endswith(".parquet")])["id"].to_numpy()
     for _ in range(2):
-        batches = [(f, y) for f, y in loader]
-        ids = np.concatenate([np.asarray(f["id"]) for f, _ in batches])
+        batches = [({k: host(v) for k, v in f.items()}, host(y)) for f, y in loader]
+        ids = np.concatenate([f["id"] for f, _ in batches])
         assert sorted(ids.tolist()) == sorted(expected.tolist())
         assert len(batches) == len(loader) == -(-len(expected) // batch_size)
         assert all(len(y) == batch_size for _, y in batches[:-1])
@@ -81,15 +89,15 @@ def test_every_row_exactly_once(tmp_path_factory, sizes, row_group, batch_size, 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4), world=st.integers(1, 5),
        batch_size=st.integers(1, 30), chunk_rows=st.integers(1, 100), drop_last=st.booleans())
-def test_ranks_disjoint_balanced(tmp_path_factory, sizes, world, batch_size, chunk_rows, drop_last):
+def test_ranks_disjoint_balanced(tmp_path_factory, device, sizes, world, batch_size, chunk_rows, drop_last):
     path = write_dataset(tmp_path_factory.mktemp("r"), sizes)
     total = sum(sizes)
     if drop_last and total < world:
         with pytest.raises(ValueError, match="ranks"):
-            Loader(tl.Dataset(path), batch_size, global_rank=0, global_size=world, drop_last=True)
+            Loader(tl.Dataset(path), batch_size, global_rank=0, global_size=world, drop_last=True, device=device)
         return
     loaders = [Loader(tl.Dataset(path), batch_size, seed=5, buffer_size=chunk_rows * ROW_BYTES, global_rank=r,
-                      global_size=world, drop_last=drop_last) for r in range(world)]
+                      global_size=world, drop_last=drop_last, device=device) for r in range(world)]
     per_rank = [epoch_ids(ld) for ld in loaders]
     counts = {len(b) for b in per_rank}
     assert len(counts) == 1 and counts == {len(loaders[0])}  # same number of batches everywhere
@@ -123,35 +131,35 @@ def test_unshuffled_ranks_read_contiguous_rows_padding_last(tmp_path):
 
 
 # --- determinism and resume -----------------------------------------------------------------
-def test_same_seed_same_batches_epochs_differ(data):
-    a, b = Loader(tl.Dataset(data), 32, seed=7, buffer_size=120 * ROW_BYTES), Loader(tl.Dataset(data), 32, seed=7,
-                                                                                     buffer_size=120 * ROW_BYTES)
+def test_same_seed_same_batches_epochs_differ(data, device):
+    a, b = (Loader(tl.Dataset(data), 32, seed=7, buffer_size=120 * ROW_BYTES, device=device) for _ in range(2))
     a0, b0 = epoch_ids(a), epoch_ids(b)
     assert all(np.array_equal(x, y) for x, y in zip(a0, b0)) and len(a0) == len(b0)
     a1 = epoch_ids(a)
     assert not np.array_equal(np.concatenate(a0), np.concatenate(a1))
     assert sorted(np.concatenate(a1).tolist()) == list(range(400))
-    c0 = epoch_ids(Loader(tl.Dataset(data), 32, seed=8, buffer_size=120 * ROW_BYTES))
+    c0 = epoch_ids(Loader(tl.Dataset(data), 32, seed=8, buffer_size=120 * ROW_BYTES, device=device))
     assert not np.array_equal(np.concatenate(a0), np.concatenate(c0))
 
 
-def test_no_shuffle_keeps_order(data):
-    assert np.concatenate(epoch_ids(Loader(tl.Dataset(data), 64, shuffle=False))).tolist() == list(range(400))
+def test_no_shuffle_keeps_order(data, device):
+    loader = Loader(tl.Dataset(data), 64, shuffle=False, device=device)
+    assert np.concatenate(epoch_ids(loader)).tolist() == list(range(400))
 
 
 @pytest.mark.parametrize("stop_after", [0, 1, 3, 7, 12])
-def test_state_dict_resumes_mid_epoch(data, stop_after):
-    reference = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES)
+def test_state_dict_resumes_mid_epoch(data, device, stop_after):
+    reference = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES, device=device)
     epoch_ids(reference)  # epoch 0
     full = epoch_ids(reference)  # epoch 1, uninterrupted
-    loader = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES)
+    loader = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES, device=device)
     epoch_ids(loader)
     it = iter(loader)
-    head = [np.asarray(next(it)[0]["id"]) for _ in range(stop_after)]
+    head = [host(next(it)[0]["id"]) for _ in range(stop_after)]
     state = loader.state_dict()
     assert state["epoch"] == 1 and state["rows"] == 33 * stop_after and state["batches"] == stop_after
     loader.close()
-    resumed = Loader(tl.Dataset(data), 33, seed=999, buffer_size=90 * ROW_BYTES)
+    resumed = Loader(tl.Dataset(data), 33, seed=999, buffer_size=90 * ROW_BYTES, device=device)
     resumed.load_state_dict(state)
     tail = epoch_ids(resumed)
     assert len(head) + len(tail) == len(full)
@@ -217,7 +225,7 @@ def test_untagged_numeric_columns_are_features():
     assert set(features) == {"a", "b"} and target is None
 
 
-def test_list_columns_keep_rows_whole(tmp_path):
+def test_list_columns_keep_rows_whole(tmp_path, device):
     rng = np.random.default_rng(0)
     n = 300
     lists = [rng.integers(0, 50, rng.integers(0, 5)).tolist() for _ in range(n)]
@@ -231,10 +239,10 @@ def test_list_columns_keep_rows_whole(tmp_path):
                      ColumnSchema("y", "float32", {Tags.TARGET})])
     ds = tl.Dataset(str(tmp_path / "l"), schema=schema, part_size=2000)
     seen = []
-    for features, _ in Loader(ds, 32, seed=1, buffer_size=1500):
-        values, offsets = features["tags"]
-        assert offsets.dtype == np.int64 and len(offsets) == len(features["id"]) + 1 and offsets[0] == 0
-        for k, row in enumerate(features["id"]):
+    for features, _ in Loader(ds, 32, seed=1, buffer_size=1500, device=device):
+        (values, offsets), ids = (host(a) for a in features["tags"]), host(features["id"])
+        assert offsets.dtype == np.int64 and len(offsets) == len(ids) + 1 and offsets[0] == 0
+        for k, row in enumerate(ids):
             assert values[offsets[k]:offsets[k + 1]].tolist() == lists[row]
             seen.append(int(row))
     assert sorted(seen) == list(range(n))

@@ -138,9 +138,9 @@ def test_loader_batches_are_counted_and_zero_copy_where_possible(data):
 
 
 # --- epochs: every row exactly once --------------------------------------------------------------
-def test_every_row_once_per_epoch_with_new_shuffle(data):
+def test_every_row_once_per_epoch_with_new_shuffle(data, device):
     frame = data["frame"]
-    seq = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=5000, shuffle=True, seed=3,
+    seq = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=5000, shuffle=True, seed=3, device=device,
                               continuous=CONTS, categorical=CATS + ["row_id"], target="label")
     assert len(seq) == -(-len(frame) // 5000)
     orders = []

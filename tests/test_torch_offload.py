@@ -254,14 +254,20 @@ def test_offloaded_falls_back_to_the_reference_with_one_warning(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
-# GPU: realistic shapes, hot rows on the device, cold rows in host memory
+# On every device: hot rows on the device, cold rows in host memory
 # --------------------------------------------------------------------------------------------
-@pytest.mark.gpu
+# sizes per device: realistic on a GPU, small on the CPU (where the same path runs with the host as "device")
+DEVICE_CASES = {"cuda": {"cards": [100_000, 1_000_000, 5_000], "dim": 128, "hot": [2_000, 50_000, 5_000],
+                         "batch": 16384},
+                "cpu": {"cards": [300, 1_000, 50], "dim": 16, "hot": [20, 100, 50], "batch": 256}}
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 @pytest.mark.parametrize("pooled", [False, True])
-def test_gpu_matches_fused(optimizer, pooled):
-    cards = [100_000, 1_000_000, 5_000]
-    configs = _configs(pooled, cards=cards, dim=128)
-    fused, off = _pair(optimizer, [2_000, 50_000, 5_000], pooled=pooled, device="cuda", configs=configs)
-    assert off.hot_weight.is_cuda and not off.cold_weight.is_cuda
-    _train(fused, off, optimizer, steps=3, pooled=pooled, device="cuda", batch=16384, cards=cards, atol=1e-5)
+def test_matches_fused_on_device(device, optimizer, pooled):
+    case = DEVICE_CASES[device]
+    configs = _configs(pooled, cards=case["cards"], dim=case["dim"])
+    fused, off = _pair(optimizer, case["hot"], pooled=pooled, device=device, configs=configs)
+    assert off.hot_weight.device.type == device and off.cold_weight.device.type == "cpu"
+    _train(fused, off, optimizer, steps=3, pooled=pooled, device=device, batch=case["batch"], cards=case["cards"],
+           atol=1e-5)

@@ -56,9 +56,10 @@ print(\"device\", torch.cuda.get_device_name(0) if torch.cuda.is_available() els
 '" ;;
     tests)
       run_step tests "$py" -m pytest -q -m gpu tests -p no:cacheprovider -o addopts="" --timeout 900 -rs ;;
-    loader)
+    loader)  # tabloader read every epoch and resident, pyarrow + pinned copy (and cuDF decoding when
+             # usable), against torch batched over GPU tensors and the item-by-item DataLoader
       run_step loader "$py" benchmarks/loader.py --device cuda --rows 5000000 --files 10 \
-        --data "$bench_data/loader" --batch-sizes 4096 65536 --skip-dataloader ;;
+        --data "$bench_data/loader" --batch-sizes 4096 65536 ;;
     embedding)
       run_step embedding "$py" benchmarks/embedding.py --device cuda --json "$out/embedding.json" ;;
     offload)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator, Sequence
 
-import pandas as pd
 
 from tabloader import backend
 from tabloader.dataset.csv import CsvSource
@@ -72,7 +71,7 @@ class Dataset:
                  schema: Schema | str | None = None, device: str | None = None,
                  columns: Sequence[str] | None = None, **read_kwargs: Any) -> None:
         self.part_size = parse_size(part_size, "part_size")
-        self.device = _dataset_device(device)
+        self.device = backend.resolve_frame_device(device)
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
         self._source = _open_source(source, engine, self.part_size, self.device,
@@ -299,21 +298,12 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
     """The :class:`Source` for what the user gave: the one place the kinds of data are told apart."""
     if _is_dask_frame(source):
         return DaskSource(select(source, columns, "the Dask DataFrame"), device)
-    if isinstance(source, pd.DataFrame) or backend.is_gpu_object(source):
+    if backend.is_frame(source):
         return FrameSource(select(source, columns, "the DataFrame"), part_size, device)
     files = FileSet.find(source)
     if (engine or files.infer_engine()) == "csv":
         return CsvSource(files, part_size, device, columns, read_kwargs)
     return ParquetSource(files, part_size, device, columns)
-
-
-def _dataset_device(device: str | None) -> str:
-    if device is None:
-        return "cuda" if backend.cudf_available() else "cpu"
-    resolved = backend.resolve_device(device)
-    if resolved == "cuda":
-        backend.cudf()  # datasets on the GPU are cuDF frames: fail early with the install hint
-    return resolved
 
 
 def _is_dask_frame(obj: Any) -> bool:

@@ -24,8 +24,7 @@ class FrameSource(Source):
 
     def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
         super().__init__(device)
-        if device == "cuda" and not backend.is_gpu_object(frame):
-            frame = backend.to_device(frame, "cuda")
+        frame = backend.to_device(frame, device)
         self.frame = frame.reset_index(drop=True)
         n = len(frame)
         nbytes = int(frame.memory_usage(deep=True, index=False).sum()) if n else 0
@@ -86,7 +85,7 @@ class DaskSource(Source):
         part = self.ddf.get_partition(index)
         part = part[list(columns)] if columns is not None else part
         frame = part.compute(scheduler="sync")
-        return backend.to_device(frame, "cuda") if self.device == "cuda" and not backend.is_gpu_object(frame) else frame
+        return backend.to_device(frame, self.device)
 
     def describe(self, index: int | None = None) -> str:
         return "the Dask DataFrame" if index is None else f"partition {index} of the Dask DataFrame"

@@ -41,7 +41,7 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
     if shuffle:
         order = np.random.default_rng(seed).permutation(order)
     groups = [g.tolist() for g in np.array_split(order, n_files)]
-    arrow_schema = output_arrow_schema(dataset.meta(), dataset.schema)
+    arrow_schema = output_arrow_schema(backend.to_host(dataset.meta()), dataset.schema)
     with atomic_directory(path, overwrite=overwrite) as tmp:
         writer = _FileWriter(dataset, arrow_schema, row_group_size, compression, shuffle, seed)
         tasks = shared_calls(writer, [(group, join(tmp, f"part_{i:05d}.parquet")) for i, group in enumerate(groups)],
@@ -93,13 +93,11 @@ def _cast_to(table: Any, schema: Any, path: str) -> Any:
 
 
 def output_arrow_schema(meta: Any, schema: Schema) -> Any:
-    """The arrow schema of the files written for rows like ``meta`` (an empty frame) whose
-    :class:`~tabloader.schema.Schema` is ``schema``, with pandas' metadata when it restores
-    dtypes (``Int64``, ``boolean``...) on read."""
+    """The arrow schema of the files written for rows like ``meta`` (an empty pandas frame:
+    partitions are written from the host) whose :class:`~tabloader.schema.Schema` is
+    ``schema``, with pandas' metadata when it restores dtypes (``Int64``, ``boolean``...) on read."""
     import pyarrow as pa
 
-    if backend.is_gpu_object(meta):
-        return meta.to_arrow().schema.remove_metadata()
     arrow_schema = pa.Schema.from_pandas(meta, preserve_index=False)
     # Columns of an empty frame with object dtype (Python lists, strings) have no element type:
     # take it from the dataset's schema, else call them strings.

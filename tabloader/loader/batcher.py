@@ -96,21 +96,21 @@ class Batcher:
 def _gather_columns(buf: Any, idx: Any) -> Any:
     """Rows ``idx`` of a row-major ``(rows, columns)`` buffer as a column-major array.
 
-    On the CPU the rows are gathered ``_GATHER_ROWS`` at a time into a small row-major scratch
-    (one contiguous read per row, stays in cache) and transposed into the output from there.
+    The rows are gathered a block at a time into a row-major scratch (one contiguous read per
+    row; on the CPU ``_GATHER_ROWS`` rows, so that it stays in cache, on a GPU all of them at
+    once) and transposed into the output from there.
     """
-    if backend.is_gpu_object(buf):
-        return buf.take(idx, axis=0).T.copy()
     n, ncols = len(idx), buf.shape[1]
-    out = backend.aligned_columns(ncols, n, buf.dtype)  # aligned columns: zero-copy into TF
+    out = backend.empty_columns(ncols, n, buf.dtype, like=buf)  # aligned columns: zero-copy into TF
     if ncols == 1:
-        np.take(buf[:, 0], idx, out=out[0], mode="clip")
+        backend.take_rows(buf[:, 0], idx, out[0])
         return out
-    scratch = np.empty((min(n, _GATHER_ROWS), ncols), dtype=buf.dtype)
-    for s in range(0, n, _GATHER_ROWS):
-        e = min(n, s + _GATHER_ROWS)
+    block = backend.block_rows(buf, n, _GATHER_ROWS)
+    scratch = backend.array_lib(buf).empty((block, ncols), dtype=buf.dtype)
+    for s in range(0, n, block):
+        e = min(n, s + block)
         tmp = scratch[:e - s]
-        np.take(buf, idx[s:e], axis=0, out=tmp, mode="clip")
+        backend.take_rows(buf, idx[s:e], tmp)
         out[:, s:e] = tmp.T
     return out
 
@@ -123,7 +123,7 @@ def _gather_lists(values: Any, offsets: Any, idx: Any) -> tuple[Any, Any]:
     new_offsets = xp.zeros(len(idx) + 1, dtype=xp.int64)
     xp.cumsum(lengths, out=new_offsets[1:])
     total = int(new_offsets[-1])
-    positions = xp.repeat(starts - new_offsets[:-1], lengths) + xp.arange(total, dtype=xp.int64)
+    positions = backend.repeat(starts - new_offsets[:-1], lengths, total) + xp.arange(total, dtype=xp.int64)
     return values[positions], new_offsets
 
 

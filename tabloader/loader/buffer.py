@@ -3,21 +3,24 @@
 :class:`ChunkBuffer` writes the rows of a chunk's segments into one 2-D row-major array per
 dtype (plus ``(values, offsets)`` for list columns), so that a shuffled row gather touches one
 contiguous span per row instead of one cache line per value. Its buffers are preallocated and
-reused in turn, so the loader's memory is bounded by the chunk size whatever the dataset size;
-on the GPU without cuDF rows are packed in pinned host memory and copied once per chunk.
-:class:`Chunk` is the packed result the shuffler and the batcher work on.
+reused in turn, so the loader's memory is bounded by the chunk size whatever the dataset size.
+There is one fill path for every device: rows decoded on the host (pyarrow) are packed in host
+staging -- the buffers themselves on the CPU, pinned memory copied to the GPU once per chunk --
+rows decoded on the device (cuDF) straight into the buffers, and resident rows
+(:class:`PackedRows`, already packed on the device) are copied there. :class:`Chunk` is the
+packed result the shuffler and the batcher work on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from tabloader import backend
 from tabloader.loader.layout import ColumnLayout
-from tabloader.loader.plan import ChunkSpec
+from tabloader.loader.plan import ChunkSpec, Segment
 
 _PACK_ROWS = 4096  # rows per cache-sized block when packing a chunk on the CPU
 
@@ -37,18 +40,31 @@ class Chunk:
         return self.spec.num_rows
 
 
+@dataclasses.dataclass
+class PackedRows:
+    """All rows of a partition packed as in a chunk, in arrays of their own on the device:
+    ``groups`` dtype -> (rows, columns), ``lists`` name -> (values, offsets)."""
+
+    groups: dict[str, Any]
+    lists: dict[str, tuple[Any, Any]]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [*self.groups.values(), *(a for pair in self.lists.values() for a in pair)]
+        return sum(int(a.nbytes) for a in arrays)
+
+
 class ChunkBuffer:
     """Packs the rows of a chunk into reusable, row-major buffers on the device.
 
     Same-dtype scalar columns share one ``(rows, columns)`` array, so a shuffled gather reads one
     contiguous span per row instead of one cache line per value. ``slots`` buffers are kept
     and reused in turn (two when prefetching: the chunk being consumed and the next one), so
-    memory stays at ``slots x rows_per_chunk`` rows whatever the dataset size. On the GPU
-    without cuDF, rows are packed in pinned host memory and copied to the GPU once per chunk.
+    memory stays at ``slots x rows_per_chunk`` rows whatever the dataset size. On the GPU,
+    rows decoded by pyarrow are packed in pinned host memory and copied once per chunk.
 
     Example:
         >>> import pyarrow as pa
-        >>> from tabloader.loader import Segment
         >>> layout = ColumnLayout(("a", "b"), (), {"int64": ("a", "b")}, {})
         >>> buf = ChunkBuffer(layout, max_rows=3)
         >>> table = pa.table({"a": [1, 2, 3], "b": [4, 5, 6]})
@@ -60,88 +76,118 @@ class ChunkBuffer:
     def __init__(self, layout: ColumnLayout, max_rows: int, device: str = "cpu", slots: int = 1) -> None:
         self.layout, self.max_rows, self.device = layout, int(max_rows), device
         self.slots = slots
-        self._buffers: list[dict[str, Any] | None] = [None] * slots
-        self._host: list[dict[str, Any] | None] = [None] * slots
+        self.xp = backend.array_lib(device)
+        self._slots: list[tuple[dict[str, Any], dict[str, Any]] | None] = [None] * slots
         self._next = 0
         self.max_rows_filled = 0  # the largest chunk packed so far (memory accounting)
 
-    def _slot(self, index: int, host: bool) -> dict[str, Any]:
-        store = self._host if host else self._buffers
-        if store[index] is None:
-            if host and self.device == "cuda":
-                alloc = backend.pinned_empty
-            elif self.device == "cuda":
-                alloc = backend.device_empty
-            else:
-                alloc = np.empty
-            store[index] = {d: alloc((self.max_rows, len(n)), np.dtype(d)) for d, n in self.layout.groups.items()}
-        return store[index]
+    def _empty(self, rows: int) -> dict[str, Any]:
+        return {d: self.xp.empty((rows, len(names)), dtype=np.dtype(d)) for d, names in self.layout.groups.items()}
 
-    def fill(self, spec: ChunkSpec, tables: Sequence[Any]) -> Chunk:
-        """Pack ``spec``'s segments; ``tables[i]`` is the partition of ``spec.segments[i]``."""
+    def _slot(self, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The buffers of slot ``index`` on the device and their host staging (allocated once)."""
+        if self._slots[index] is None:
+            buffers = self._empty(self.max_rows)
+            self._slots[index] = (buffers, {d: backend.host_staging(b) for d, b in buffers.items()})
+        return self._slots[index]
+
+    def fill(self, spec: ChunkSpec, sources: Sequence[Any]) -> Chunk:
+        """Pack ``spec``'s segments; ``sources[i]`` holds the rows of ``spec.segments[i]``: its
+        decoded partition (a pyarrow Table, or a frame on the device) or its :class:`PackedRows`."""
         if spec.num_rows > self.max_rows:
             raise ValueError(f"chunk of {spec.num_rows} rows exceeds the buffer of {self.max_rows} rows")
         slot = self._next
         self._next = (self._next + 1) % self.slots
         self.max_rows_filled = max(self.max_rows_filled, spec.num_rows)
-        if tables and backend.is_gpu_object(tables[0]):
-            return self._fill_gpu_frames(spec, tables, self._slot(slot, host=False))
-        target = self._slot(slot, host=True) if self.device == "cuda" else self._slot(slot, host=False)
-        lists: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in self.layout.lists}
-        row = 0
-        for seg, table in zip(spec.segments, tables):
-            for batch in table.slice(seg.start, seg.num_rows).to_batches():
-                n = batch.num_rows
-                for dtype, names in self.layout.groups.items():
-                    _pack_rows(target[dtype], row, [_arrow_to_numpy(batch.column(c)) for c in names])
-                for name in self.layout.lists:
-                    lists[name].append(_arrow_list_to_numpy(batch.column(name)))
-                row += n
-        groups = {d: buf[:row] for d, buf in target.items()}
-        packed_lists = {name: _concat_lists(parts, self.layout.lists[name]) for name, parts in lists.items()}
-        if self.device == "cuda":
-            groups = backend.copy_to_device({d: a for d, a in groups.items()}, self._slot(slot, host=False))
-            packed_lists = {k: (backend.asarray(v, "cuda"), backend.asarray(o, "cuda"))
-                            for k, (v, o) in packed_lists.items()}
-        return Chunk(spec, groups, packed_lists)
+        buffers, staging = self._slot(slot)
+        lists = self._pack(spec.segments, sources, buffers, staging)
+        return Chunk(spec, {d: b[:spec.num_rows] for d, b in buffers.items()}, lists)
 
-    def _fill_gpu_frames(self, spec: ChunkSpec, frames: Sequence[Any], target: dict[str, Any]) -> Chunk:
-        cp = backend.cupy()
-        row = 0
-        lists: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in self.layout.lists}
-        for seg, frame in zip(spec.segments, frames):
-            part = frame.iloc[seg.start:seg.stop]
-            n = len(part)
-            for dtype, names in self.layout.groups.items():
-                for j, name in enumerate(names):
-                    target[dtype][row:row + n, j] = part[name].values
-            for name in self.layout.lists:  # list columns take the host route (documented)
-                lists[name].append(_arrow_list_to_numpy(part[name].to_arrow()))
-            row += n
-        groups = {d: buf[:row] for d, buf in target.items()}
-        packed = {}
-        for name, parts in lists.items():
-            values, offsets = _concat_lists(parts, self.layout.lists[name])
-            packed[name] = (cp.asarray(values), cp.asarray(offsets))
-        return Chunk(spec, groups, packed)
+    def pack_partition(self, table: Any) -> PackedRows:
+        """Every row of a decoded partition packed into new arrays on the device."""
+        rows = table.num_rows if hasattr(table, "num_rows") else len(table)
+        buffers = self._empty(rows)
+        staging = {d: backend.host_staging(b) for d, b in buffers.items()}
+        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, staging)
+        return PackedRows(buffers, lists)
+
+    def _pack(self, segments: Sequence[Segment], sources: Sequence[Any], buffers: dict[str, Any],
+              staging: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+        """Write the segments' rows one after the other into ``buffers``; return the list
+        columns as (values, offsets) on the device."""
+        row, uploads = 0, []
+        lists: dict[str, list[tuple[Any, Any]]] = {name: [] for name in self.layout.lists}
+        for seg, source in zip(segments, sources):
+            stop = row + seg.num_rows
+            if isinstance(source, PackedRows):  # resident: a copy on the device
+                for dtype, buf in buffers.items():
+                    buf[row:stop] = source.groups[dtype][seg.start:seg.stop]
+                for name, parts in lists.items():
+                    parts.append(_slice_lists(*source.lists[name], seg.start, seg.stop))
+            else:
+                decoded_on_host = backend.on_host(source)
+                _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
+                if decoded_on_host:
+                    uploads.append((row, stop))
+                for name, parts in lists.items():
+                    parts.append(_list_rows(source, seg, name))
+            row = stop
+        backend.copy_rows(buffers, staging, uploads)
+        xp = self.xp
+        return {name: _concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)
+                for name, parts in lists.items()}
 
 
-def _arrow_to_numpy(array: Any) -> np.ndarray:
-    """A primitive arrow array as numpy: zero-copy without nulls (booleans copy)."""
-    return array.to_numpy(zero_copy_only=False)
+def _pack_table(layout: ColumnLayout, table: Any, seg: Segment, target: dict[str, Any], row: int) -> None:
+    """Write the rows of ``seg`` of a decoded partition into ``target[dtype][row:]``."""
+    for rows, column in _pieces(table, seg):
+        for dtype, names in layout.groups.items():
+            _pack_rows(target[dtype], row, [column(c) for c in names])
+        row += rows
 
 
-def _pack_rows(buf: np.ndarray, row: int, columns: Sequence[np.ndarray]) -> None:
-    """Write ``columns`` into ``buf[row:row+n, :]`` block by block (blocks stay in cache)."""
+def _pieces(table: Any, seg: Segment) -> Iterator[tuple[int, Any]]:
+    """``(rows, column)`` pieces of the rows of ``seg``: ``column(name)`` is that piece of a
+    column as an array of the table's device. A pyarrow Table gives one piece per record batch
+    (numpy, zero-copy without nulls; booleans copy), a frame (cuDF) one piece."""
+    if _is_arrow(table):
+        for batch in table.slice(seg.start, seg.num_rows).to_batches():
+            yield batch.num_rows, lambda name, b=batch: b.column(name).to_numpy(zero_copy_only=False)
+    else:
+        part = table.iloc[seg.start:seg.stop]
+        yield len(part), lambda name: backend.column_values(part[name])
+
+
+def _is_arrow(table: Any) -> bool:
+    """True for a pyarrow Table (decoded on the host); False for a frame (decoded on the device)."""
+    return hasattr(table, "to_batches")
+
+
+def _pack_rows(buf: Any, row: int, columns: Sequence[Any]) -> None:
+    """Write ``columns`` into ``buf[row:row+n, :]`` block by block (on the CPU, blocks stay in cache)."""
     n = len(columns[0]) if columns else 0
     if len(columns) == 1:
         buf[row:row + n, 0] = columns[0]
         return
-    for s in range(0, n, _PACK_ROWS):
-        e = min(n, s + _PACK_ROWS)
+    block = backend.block_rows(buf, n, _PACK_ROWS)
+    for s in range(0, n, block):
+        e = min(n, s + block)
         dst = buf[row + s:row + e]
         for j, col in enumerate(columns):
             dst[:, j] = col[s:e]
+
+
+def _list_rows(table: Any, seg: Segment, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets from 0) on the host of the rows of ``seg`` of a decoded partition's list column."""
+    if _is_arrow(table):
+        return _arrow_list_to_numpy(table.column(name).slice(seg.start, seg.num_rows))
+    return _arrow_list_to_numpy(backend.list_column_to_arrow(table[name].iloc[seg.start:seg.stop]))
+
+
+def _slice_lists(values: Any, offsets: Any, start: int, stop: int) -> tuple[Any, Any]:
+    """Rows ``[start, stop)`` of a packed list column, offsets from 0."""
+    first, last = int(offsets[start]), int(offsets[stop])
+    return values[first:last], offsets[start:stop + 1] - first
 
 
 def _arrow_list_to_numpy(array: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -156,12 +202,13 @@ def _arrow_list_to_numpy(array: Any) -> tuple[np.ndarray, np.ndarray]:
     return values.to_numpy(zero_copy_only=False), offsets - offsets[0]
 
 
-def _concat_lists(parts: Sequence[tuple[np.ndarray, np.ndarray]], dtype: str | None) -> tuple[np.ndarray, np.ndarray]:
+def _concat_lists(parts: Sequence[tuple[Any, Any]], dtype: str | None, xp: Any = np) -> tuple[Any, Any]:
+    """One (values, offsets) of list rows given as (values, offsets from 0) parts, all in ``xp``."""
     if not parts:
-        return np.empty(0, dtype or np.int64), np.zeros(1, np.int64)
-    values = np.concatenate([v for v, _ in parts])
+        return xp.empty(0, dtype or np.int64), xp.zeros(1, np.int64)
+    values = xp.concatenate([v for v, _ in parts])
     if dtype is not None:
         values = values.astype(dtype, copy=False)
     shifts = np.cumsum([0] + [int(o[-1]) for _, o in parts[:-1]])
-    offsets = np.concatenate([parts[0][1][:1]] + [o[1:] + s for (_, o), s in zip(parts, shifts)])
+    offsets = xp.concatenate([parts[0][1][:1]] + [o[1:] + int(s) for (_, o), s in zip(parts, shifts)])
     return values, offsets.astype(np.int64, copy=False)

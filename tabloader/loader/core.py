@@ -2,9 +2,10 @@
 
 It builds the column layout, the reader, the partition plan, the shuffler and the batcher from
 its arguments, and per epoch runs plan -> read -> chunk buffer -> shuffle -> batch, with the
-next chunk prefetched on a background thread. It keeps the position in the epoch so that
-``state_dict()`` / ``load_state_dict()`` resume mid-epoch, and imports no deep-learning
-framework (the torch and tf adapters hold one and only convert).
+next chunk prefetched on a background thread (and, with ``resident=``, partitions kept on the
+device between epochs). It keeps the position in the epoch so that ``state_dict()`` /
+``load_state_dict()`` resume mid-epoch, and imports no deep-learning framework (the torch and
+tf adapters hold one and only convert).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.loader.batcher import Batcher
-from tabloader.loader.buffer import Chunk, ChunkBuffer, _arrow_list_to_numpy
+from tabloader.loader.buffer import Chunk, ChunkBuffer, _list_rows
 from tabloader.loader.layout import ColumnLayout
-from tabloader.loader.plan import ChunkSpec, PartitionPlan
+from tabloader.loader.plan import ChunkSpec, PartitionPlan, Segment
 from tabloader.loader.prefetch import Prefetcher
 from tabloader.loader.reader import PartitionReader, ReadAhead
+from tabloader.loader.resident import ResidentPartitions
 from tabloader.loader.shuffle import Shuffler
 from tabloader.sizes import parse_size
 
@@ -43,15 +45,17 @@ class Loader:
             ``(seed, epoch)``. None draws a random seed (kept in ``loader.seed`` and in
             ``state_dict()``, so a run can still be resumed); not with several ranks, which must
             share one seed to read disjoint rows.
-        device: ``"cpu"`` (numpy) or ``"cuda"`` (CuPy; decoded by cuDF when the dataset is a
-            cuDF one, else by pyarrow and copied to the GPU once per chunk from pinned memory).
+        device: ``"cpu"`` (numpy) or ``"cuda"`` / ``"cuda:N"`` (CuPy; decoded by cuDF when the
+            dataset is a cuDF one, else by pyarrow and copied to the GPU once per chunk from
+            pinned memory). ``"cuda"`` is the GPU current when the loader is built; the
+            loader's threads work on that GPU whatever the calling thread's current one.
         categorical, continuous, target: column names overriding the schema's CATEGORICAL,
             CONTINUOUS and TARGET tags (``[]`` for none).
         drop_last: drop the last short batch (and, with several ranks, the rows that do not
             divide evenly among them).
         buffer_size: bytes of one chunk (``"256MB"`` or an int): rows are shuffled within a
             chunk. The loader holds at most two chunks (the one consumed and the one being
-            prefetched), plus one decoded partition.
+            prefetched), plus one decoded partition (and the resident partitions).
         parts_per_chunk: partitions per chunk instead of a byte budget.
         global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
             get disjoint rows and the same number of batches; rows that do not divide evenly are
@@ -59,6 +63,11 @@ class Loader:
             Without shuffle, rank ``r`` reads rows ``[r * per_rank, (r + 1) * per_rank)`` in
             dataset order (``per_rank = ceil(rows / global_size)``): the padding comes last.
         prefetch: build the next chunk on a background thread.
+        resident: keep the partitions read on the loader's device (GPU memory on ``"cuda"``,
+            host memory on the CPU) for later epochs, which then only copy, shuffle and slice
+            their rows: ``True`` for all of them, or a byte budget (``"8GB"`` or an int) --
+            what does not fit is read every epoch, as without it. Batches, their order and
+            resuming are the same as without it. ``loader.resident`` shows what is kept.
 
     Every row is yielded exactly once per epoch (single rank; with several ranks, exactly once
     over the rank set apart from the at most ``global_size - 1`` padded rows).
@@ -75,7 +84,8 @@ class Loader:
                  categorical: Sequence[str] | str | None = None, continuous: Sequence[str] | str | None = None,
                  target: Sequence[str] | str | None = None, drop_last: bool = False,
                  buffer_size: int | str = "256MB", parts_per_chunk: int | None = None,
-                 global_rank: int | None = None, global_size: int | None = None, prefetch: bool = True) -> None:
+                 global_rank: int | None = None, global_size: int | None = None, prefetch: bool = True,
+                 resident: bool | int | str = False) -> None:
         if isinstance(dataset, str):
             from tabloader.dataset import Dataset
 
@@ -91,10 +101,12 @@ class Loader:
                              f"{' (not given)' if global_size is None else ''}, got global_rank={global_rank!r}")
         self.seed = _seed(seed, self.shuffle, self.global_size)
         self.device = backend.resolve_device(device)
+        self._on_device = backend.device_context(device)
         self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target)
-        self.gpu_frames = self.device == "cuda" and getattr(dataset, "device", "cpu") == "cuda"
+        self.gpu_frames = backend.reads_frames(getattr(dataset, "device", backend.HOST), self.device)
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
+        self.resident = _resident(resident)
         self.buffer_bytes = parse_size(buffer_size, "buffer_size")
         self.parts_per_chunk = None if parts_per_chunk is None else _integer("parts_per_chunk", parts_per_chunk, 1)
         self._plan: PartitionPlan | None = None
@@ -151,9 +163,8 @@ class Loader:
         if first is None:
             return {}
         table = self.reader.read(first)
-        if backend.is_gpu_object(table):
-            return {n: float(table[n].list.len().mean()) for n in self.layout.lists}
-        return {n: len(_arrow_list_to_numpy(table.column(n))[0]) / max(1, len(table)) for n in self.layout.lists}
+        whole = Segment(first, 0, sizes[first])
+        return {n: len(_list_rows(table, whole, n)[0]) / sizes[first] for n in self.layout.lists}
 
     # --- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[dict[str, Any], Any]]:
@@ -168,12 +179,20 @@ class Loader:
     def _run(self, epoch: int, start: int) -> Iterator[tuple[dict[str, Any], Any]]:
         specs = [s for s in self.plan.chunks(epoch) if s.row_start + s.num_rows > start]
         buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
-        reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments],
-                                       ahead=1 if self.prefetch else 0)
-        build = lambda spec: self._build(buffer, reads, spec, epoch)  # noqa: E731
+        resident = self.resident.snapshot() if self.resident is not None else frozenset()
+        reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments
+                                        if seg.partition not in resident],
+                                       ahead=1 if self.prefetch else 0, context=self._on_device)
+        build = lambda spec: self._build(buffer, reads, spec, epoch, resident)  # noqa: E731
         source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
+        batches = self.batcher.batches(source, start, self.plan.rows_per_rank)
         try:
-            for features, target, rows in self.batcher.batches(source, start, self.plan.rows_per_rank):
+            while True:
+                with self._on_device():  # this thread's current GPU is the user's between batches
+                    batch = next(batches, None)
+                if batch is None:
+                    break
+                features, target, rows = batch
                 self._current[1] += rows
                 yield features, target
             self._current = None  # finished: state_dict() points at the next epoch
@@ -188,11 +207,21 @@ class Loader:
             self._buffer = ChunkBuffer(self.layout, max_rows, self.device, slots=slots)
         return self._buffer
 
-    def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int) -> Chunk:
-        tables = [reads.get(seg.partition) for seg in spec.segments]
-        chunk = buffer.fill(spec, tables)
-        chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
+    def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
+               resident: frozenset[int]) -> Chunk:
+        with self._on_device():
+            sources = [self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments]
+            chunk = buffer.fill(spec, sources)
+            chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
         return chunk
+
+    def _rows_of(self, partition: int, reads: "ReadAhead", resident: frozenset[int], buffer: ChunkBuffer) -> Any:
+        """A partition's rows for the chunk buffer: resident since before the epoch, or decoded
+        now (and kept, when the loader keeps partitions and it fits)."""
+        if partition in resident:
+            return self.resident[partition]
+        table = reads.get(partition)
+        return table if self.resident is None else self.resident.keep(partition, table, buffer.pack_partition)
 
     @property
     def epoch(self) -> int:
@@ -277,6 +306,16 @@ def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+def _resident(resident: Any) -> ResidentPartitions | None:
+    """The loader's resident partitions for the ``resident`` argument (None when off)."""
+    if isinstance(resident, (bool, np.bool_)):
+        return ResidentPartitions() if resident else None
+    try:
+        return ResidentPartitions(parse_size(resident, "resident"))
+    except ValueError as exc:
+        raise ValueError(f"{exc}; resident= also takes True (keep every partition) or False") from None
 
 
 def _seed(seed: Any, shuffle: bool, global_size: int) -> int:

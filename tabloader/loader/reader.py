@@ -11,7 +11,8 @@ GIL), so decoding overlaps with packing the previous partition.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from typing import Any, Callable, ContextManager, Sequence
 
 from tabloader.dataset.source import error_message
 
@@ -74,9 +75,10 @@ class PartitionReader:
         self._check(index, data)
         return data
 
-    def read_ahead(self, partitions: Sequence[int], ahead: int = 1) -> "ReadAhead":
+    def read_ahead(self, partitions: Sequence[int], ahead: int = 1,
+                   context: Callable[[], ContextManager] = contextlib.nullcontext) -> "ReadAhead":
         """A :class:`ReadAhead` over ``partitions`` (in the order they will be asked for)."""
-        return ReadAhead(self, partitions, ahead)
+        return ReadAhead(self, partitions, ahead, context)
 
     def count(self, index: int) -> int:
         """Rows of partition ``index`` (reads it)."""
@@ -108,7 +110,9 @@ class ReadAhead:
     decoding (pyarrow, GIL released) overlaps with packing the previous partition.
 
     ``get(i)`` must be called in the announced order (a partition asked for twice in a row,
-    when it is split between two chunks, is decoded once).
+    when it is split between two chunks, is decoded once). The thread decodes inside
+    ``context()`` (the loader passes :func:`tabloader.backend.device_context` of its device, so
+    cuDF decodes on the loader's GPU).
 
     Example:
         >>> import pandas as pd, tabloader as tl
@@ -118,11 +122,12 @@ class ReadAhead:
         ([2, 3], [0, 1])
     """
 
-    def __init__(self, reader: PartitionReader, partitions: Sequence[int], ahead: int = 1) -> None:
+    def __init__(self, reader: PartitionReader, partitions: Sequence[int], ahead: int = 1,
+                 context: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         import collections
         import concurrent.futures
 
-        self._reader, self._ahead = reader, max(0, ahead)
+        self._reader, self._ahead, self._context = reader, max(0, ahead), context
         self._order = [p for i, p in enumerate(partitions) if i == 0 or partitions[i - 1] != p]
         self._next = 0
         self._futures: Any = collections.deque()
@@ -135,13 +140,17 @@ class ReadAhead:
         self._last = None
         while len(self._futures) < self._ahead + 1 and self._next < len(self._order):
             index = self._order[self._next]
-            self._futures.append((index, self._pool.submit(self._reader.read_uncached, index)))
+            self._futures.append((index, self._pool.submit(self._read, index)))
             self._next += 1
         if not self._futures or self._futures[0][0] != partition:
             raise RuntimeError(f"partition {partition} asked for out of the announced order")
         _, future = self._futures.popleft()
         self._last = (partition, future.result())
         return self._last[1]
+
+    def _read(self, index: int) -> Any:
+        with self._context():
+            return self._reader.read_uncached(index)
 
     def close(self) -> None:
         self._futures.clear()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from tabloader import backend
 
 
@@ -31,11 +29,9 @@ class Shuffler:
 
     def __init__(self, shuffle: bool = True, seed: int = 0, device: str = "cpu") -> None:
         self.shuffle, self.seed, self.device = shuffle, seed, device
+        self.xp = backend.array_lib(device)
 
     def permutation(self, n: int, epoch: int, rank: int, chunk: int) -> Any:
-        key = [self.seed, epoch, rank, chunk]
-        if self.device == "cuda":
-            return backend.device_permutation(n, key, shuffle=self.shuffle)
         if not self.shuffle:
-            return np.arange(n, dtype=np.int64)
-        return np.random.default_rng(key).permutation(n)
+            return self.xp.arange(n, dtype=self.xp.int64)
+        return backend.permutation(n, [self.seed, epoch, rank, chunk], self.device)

@@ -28,11 +28,13 @@ from typing import Any
 
 import torch
 
+from tabloader.backend import is_host
 from tabloader.torch.reference import LookupPlan, adam_step_size, reference_forward, reference_update
 
 __all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "segments"]
 
 BACKENDS = ("auto", "triton", "reference")
+TRITON_DEVICE_TYPE = "cuda"  # the torch device type of the GPUs Triton compiles for (NVIDIA and AMD)
 INT32_ROWS = 2 ** 31  # below this many rows, the update sorts its keys as int32 (faster)
 
 _kernels: Any = None
@@ -82,7 +84,7 @@ def kernels_for(backend: str, device: torch.device, owner: str) -> Any:
     """
     if backend == "reference":
         return None
-    runnable = device.type == "cuda" or (device.type == "cpu" and triton_interpreting())
+    runnable = triton_interpreting() if is_host(device) else device.type == TRITON_DEVICE_TYPE
     if not runnable:
         if backend == "triton":
             raise RuntimeError(f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on CPU); the weights "
@@ -102,7 +104,7 @@ def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dt
         return reference_forward(weight, plan, dtype)
     n_out = plan.batch * plan.num_features
     # bf16 conversion in the interpreter truncates instead of rounding: write fp32 there
-    kdtype = torch.float32 if (dtype == torch.bfloat16 and weight.device.type == "cpu") else dtype
+    kdtype = torch.float32 if (dtype == torch.bfloat16 and is_host(weight.device)) else dtype
     out = torch.empty((n_out, weight.shape[1]), dtype=kdtype, device=weight.device)
     if plan.single_hot:
         kernels.gather(weight, plan.rows, out)

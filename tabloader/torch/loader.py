@@ -2,10 +2,11 @@
 
 It holds a :class:`tabloader.loader.Loader` and converts each array by DLPack
 (``torch.from_dlpack``: numpy -> CPU tensor, CuPy -> CUDA tensor, both zero-copy), then puts it
-on the requested device. It is a ``torch.utils.data.IterableDataset``: iterate it directly in a
-training loop, or wrap it in ``torch.utils.data.DataLoader(loader, batch_size=None)`` with
-``num_workers=0`` (the loader batches, shuffles and prefetches by itself; worker processes would
-each yield the whole epoch, so they are refused).
+on the requested device (a copy only where the core loader cannot work there itself). It is a
+``torch.utils.data.IterableDataset``: iterate it directly in a training loop, or wrap it in
+``torch.utils.data.DataLoader(loader, batch_size=None)`` with ``num_workers=0`` (the loader
+batches, shuffles and prefetches by itself; worker processes would each yield the whole epoch,
+so they are refused).
 
 Example:
     >>> import numpy as np, pandas as pd, tabloader as tl, tabloader.torch
@@ -23,6 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from tabloader import backend
 from tabloader import loader as core
 
 __all__ = ["Loader"]
@@ -33,7 +35,9 @@ class Loader(torch.utils.data.IterableDataset):
 
     Takes the arguments of :class:`tabloader.loader.Loader`; ``device`` is a torch device
     (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``torch.device``). On CUDA the core loader works on
-    the GPU (CuPy) and tensors are shared with it by DLPack. When ``global_rank`` /
+    that GPU (CuPy) and tensors are shared with it by DLPack; where CuPy is not installed (or
+    for other device types) it works on the host and batches are copied to ``device``. When
+    ``global_rank`` /
     ``global_size`` are not given and ``torch.distributed`` is initialized, its rank and world
     size are used, so every rank reads disjoint rows and yields the same number of batches.
 
@@ -47,11 +51,8 @@ class Loader(torch.utils.data.IterableDataset):
         self.device = torch.device(device)
         if global_rank is None and global_size is None and _distributed():
             global_rank, global_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        core_device = "cuda" if self.device.type == "cuda" else "cpu"
-        if core_device == "cuda" and self.device.index is not None:
-            torch.cuda.set_device(self.device)
-        self.loader = core.Loader(dataset, batch_size, device=core_device, global_rank=global_rank,
-                                  global_size=global_size, **kwargs)
+        self.loader = core.Loader(dataset, batch_size, device=backend.array_device(self.device),
+                                  global_rank=global_rank, global_size=global_size, **kwargs)
 
     def __len__(self) -> int:
         return len(self.loader)

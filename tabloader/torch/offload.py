@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from tabloader.backend import is_host, pins_host_memory
 from tabloader.torch.config import EmbeddingConfig, init_embedding_
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
@@ -150,7 +151,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         for name, state in zip(STATE_NAMES[optimizer], self._new_states(h, initial_accumulator_value, device=device)):
             self.register_buffer("hot_" + name, state)
         # host part: plain tensors (module.to() must not move them); saved by _save_to_state_dict
-        pin = bool(pin_cold) and torch.cuda.is_available()
+        pin = bool(pin_cold) and pins_host_memory(device)
         self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
         self.cold_state1, self.cold_state2 = (self._new_states(c, initial_accumulator_value, pin_memory=pin)
                                               + [None, None])[:2]
@@ -282,8 +283,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._flush()
         device = self.hot_weight.device
         uniq_host = uniq.cpu()
-        on_host = device.type == "cpu"
-        pin = not on_host and torch.cuda.is_available()
+        pin = pins_host_memory(device)
         sources = [self.cold_weight]
         if with_state:
             sources += [t for t in (self.cold_state1, self.cold_state2) if t is not None]
@@ -291,7 +291,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         for src in sources:
             buf = torch.empty((uniq_host.numel(),) + tuple(src.shape[1:]), dtype=src.dtype, pin_memory=pin)
             torch.index_select(src, 0, uniq_host, out=buf)
-            staged.append(buf if on_host else buf.to(device, non_blocking=True))
+            staged.append(buf.to(device, non_blocking=True))  # the staging buffer itself on the host
         if self._cold_padding_rows.numel():
             pad_local = torch.nonzero(torch.isin(uniq, self._cold_padding_rows)).squeeze(1)
         else:
@@ -301,19 +301,19 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         return _Staged(uniq_host, inverse, staged[0], s1, s2, pad_local, self._cold_version)
 
     def _write_back(self, staged: _Staged) -> None:
+        """Queue the staged rows' copy back to the host store: from a GPU an asynchronous copy
+        into pinned memory, written into the store at the next access (:meth:`_flush`); rows
+        staged on the host are written at once."""
         tensors = [staged.weight] + [t for t in (staged.state1, staged.state2) if t is not None]
-        if staged.weight.device.type == "cpu":
-            self._pending.append((None, staged.uniq_host, tensors))
-            self._flush()
-        else:
-            bufs = []
-            for t in tensors:
-                buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-                buf.copy_(t, non_blocking=True)
-                bufs.append(buf)
-            event = torch.cuda.Event()
+        device = staged.weight.device
+        copies = [t.to("cpu", non_blocking=True) for t in tensors]  # pinned from a GPU; the tensors on the host
+        event = None
+        if not is_host(device):
+            event = torch.Event(device=device)
             event.record()
-            self._pending.append((event, staged.uniq_host, bufs))
+        self._pending.append((event, staged.uniq_host, copies))
+        if event is None:
+            self._flush()
         self._cold_version += 1
 
     @property

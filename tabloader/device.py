@@ -1,0 +1,275 @@
+"""The device half of the CPU/GPU seam: where arrays live and the few operations that differ there.
+
+:mod:`tabloader.backend` re-exports every name of this module, and only the two of them know
+that CuPy and cuDF exist (CuPy comes from ``backend.cupy()``, imported on first use). The rest
+of tabloader asks the seam for an array namespace (``backend.array_lib``: numpy or CuPy, the
+array-API style scikit-learn uses) and, where the host and a GPU need different code, for one
+of the operations below:
+
+* where things live: :func:`is_host`, :func:`on_host`, :func:`array_device`,
+  :func:`reads_frames`, :func:`pins_host_memory`, :func:`device_context`;
+* memory: :func:`host_staging`, :func:`copy_rows`, :func:`empty_columns`, :func:`synchronize`;
+* loops over a buffer: :func:`block_rows`, :func:`take_rows`, :func:`repeat`, :func:`permutation`;
+* frames: :func:`is_frame`, :func:`resolve_frame_device`.
+
+Device names are the seam's (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``); functions that
+take one also take a ``torch.device`` (its ``str`` is such a name).
+
+Example:
+    >>> import numpy as np
+    >>> is_host("cpu"), is_host("cuda:1"), on_host(np.zeros(2)), array_device("cpu")
+    (True, False, True, 'cpu')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, ContextManager, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+HOST = "cpu"  # the device name of host memory: numpy arrays, pandas frames, pyarrow tables
+
+
+# --- where things live ----------------------------------------------------------------------
+def _device_type(device: Any) -> str:
+    return str(device).split(":")[0].lower()
+
+
+def is_host(device: Any) -> bool:
+    """True when ``device`` (a name such as ``"cpu"`` / ``"cuda:1"``, or a ``torch.device``)
+    is host memory.
+
+    Example:
+        >>> is_host("cpu"), is_host("cuda")
+        (True, False)
+    """
+    return _device_type(device) == HOST
+
+
+def on_host(data: Any) -> bool:
+    """True when ``data`` (an array, a frame, a pyarrow table...) is in host memory.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> on_host(pa.table({"a": [1]}))
+        True
+    """
+    return not backend.is_gpu_object(data)
+
+
+def array_device(device: Any) -> str:
+    """The device the loader's arrays can live on when tensors are wanted on ``device``:
+    ``device`` itself (index kept) for a CUDA device when CuPy is importable, else the host
+    (batches are then copied to the device by the framework).
+
+    Example:
+        >>> array_device("cpu"), array_device("mps")
+        ('cpu', 'cpu')
+    """
+    if _device_type(device) == "cuda" and backend.has_module("cupy"):
+        return str(device)
+    return HOST
+
+
+def reads_frames(data_device: str, device: str) -> bool:
+    """True when a loader on ``device`` takes the partitions of a dataset on ``data_device``
+    as frames decoded on that device (cuDF on the GPU) rather than as pyarrow tables decoded
+    on the host (the fast path for the host: no pandas).
+
+    Example:
+        >>> reads_frames("cpu", "cpu")
+        False
+    """
+    return not is_host(device) and _device_type(data_device) == _device_type(device)
+
+
+def pins_host_memory(device: Any) -> bool:
+    """True when host buffers that feed ``device`` should be page-locked (pinned): for CUDA
+    devices, where copies from pinned memory are asynchronous DMA transfers.
+
+    Example:
+        >>> pins_host_memory("cpu")
+        False
+    """
+    return _device_type(device) == "cuda"
+
+
+def device_context(device: Any) -> Callable[[], ContextManager]:
+    """A function returning a context manager that makes ``device`` current in the thread that
+    enters it: GPU ``N`` for ``"cuda:N"``, for ``"cuda"`` the GPU current in the calling thread
+    now (background threads start on GPU 0, whatever the thread that made them uses); a no-op
+    on the host. The previous device is restored on exit.
+
+    Example:
+        >>> with device_context("cpu")():
+        ...     pass
+    """
+    if is_host(backend.resolve_device(device)):
+        return contextlib.nullcontext
+    cuda = backend.cupy().cuda
+    name = str(device)
+    index = int(name.split(":")[1]) if ":" in name else cuda.runtime.getDevice()
+    return functools.partial(cuda.Device, index)
+
+
+def synchronize(device: Any) -> None:
+    """Wait until the work queued on ``device`` (the calling thread's current GPU) is done;
+    nothing to wait for on the host."""
+    if not is_host(device):
+        backend.cupy().cuda.runtime.deviceSynchronize()
+
+
+# --- memory ------------------------------------------------------------------------------------
+def host_staging(array: Any) -> Any:
+    """Host memory to build the contents of ``array`` in before :func:`copy_rows` puts them
+    there: ``array`` itself when it is in host memory (nothing to copy), else an uninitialized
+    numpy array of its shape and dtype in page-locked (pinned) memory, from which the copy to
+    the GPU is an asynchronous DMA transfer.
+
+    Example:
+        >>> a = np.zeros((2, 3))
+        >>> host_staging(a) is a
+        True
+    """
+    if on_host(array):
+        return array
+    dtype = np.dtype(array.dtype)
+    count = int(np.prod(array.shape, dtype=np.int64))
+    memory = backend.cupy().cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.frombuffer(memory, dtype=dtype, count=count).reshape(array.shape)
+
+
+def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
+              ranges: Sequence[tuple[int, int]]) -> None:
+    """Copy rows ``[a, b)`` of every range from each array of ``sources`` (from
+    :func:`host_staging`) into the same-key array of ``destinations``, and return when done.
+
+    Host destinations are their own staging: nothing is copied. GPU destinations are written
+    on a side stream that first waits for the work already queued on the device (which may
+    still read the rows about to be overwritten) and does not hold up the work queued after it.
+
+    Example:
+        >>> a = {"x": np.zeros((3, 1))}
+        >>> copy_rows(a, a, [(0, 3)])  # host memory: already in place
+    """
+    pairs = [(destinations[key], source) for key, source in sources.items() if source is not destinations[key]]
+    if not pairs or not ranges:
+        return
+    cuda = backend.cupy().cuda
+    stream = cuda.Stream(non_blocking=True)
+    stream.wait_event(cuda.Stream.null.record())
+    with stream:
+        for destination, source in pairs:
+            for start, stop in ranges:
+                destination[start:stop].set(source[start:stop], stream=stream)
+    stream.synchronize()
+
+
+def empty_columns(ncols: int, rows: int, dtype: Any, like: Any) -> Any:
+    """An uninitialized ``(ncols, rows)`` array on the device of ``like`` whose every row (a
+    column of a batch) is one contiguous 1-D array that frameworks import by DLPack without a
+    copy; on the host each starts 64-byte aligned, as TensorFlow requires.
+
+    Example:
+        >>> empty_columns(2, 3, "int64", np.zeros(1))[1].ctypes.data % 64
+        0
+    """
+    if on_host(like):
+        return backend.aligned_columns(ncols, rows, dtype)
+    return backend.cupy().empty((ncols, rows), dtype=dtype)
+
+
+# --- loops over a buffer --------------------------------------------------------------------
+def block_rows(array: Any, rows: int, block: int) -> int:
+    """Rows per block for a loop that works through ``rows`` rows of ``array``: ``block`` in
+    host memory (a block's working set stays in the CPU cache), all of them on a GPU (each
+    block costs kernel launches there); at least 1.
+
+    Example:
+        >>> block_rows(np.zeros(1), 10_000, 1024), block_rows(np.zeros(1), 10, 1024)
+        (1024, 10)
+    """
+    return max(1, min(rows, block) if on_host(array) else rows)
+
+
+def take_rows(array: Any, indices: Any, out: Any) -> Any:
+    """``out[i] = array[indices[i]]`` along the first axis, in place, on the arrays' device
+    (indices must be in range: the host skips the bounds check).
+
+    Example:
+        >>> out = np.empty(2, "int64")
+        >>> take_rows(np.array([5, 6, 7]), np.array([2, 0]), out).tolist()
+        [7, 5]
+    """
+    if on_host(array):
+        return np.take(array, indices, axis=0, out=out, mode="clip")  # "clip": no bounds check, no buffering
+    return backend.cupy().take(array, indices, axis=0, out=out)
+
+
+def repeat(values: Any, counts: Any, total: int) -> Any:
+    """Each ``values[i]`` ``counts[i]`` times, in order (``total`` is ``counts.sum()``): numpy's
+    ``repeat``; CuPy's takes no array of counts, so on a GPU each output position looks its
+    value up in the running sum of the counts.
+
+    Example:
+        >>> repeat(np.array([7, 8, 9]), np.array([2, 0, 1]), 3).tolist()
+        [7, 7, 9]
+    """
+    if on_host(values):
+        return np.repeat(values, counts)
+    cp = backend.cupy()
+    source = cp.searchsorted(cp.cumsum(counts), cp.arange(total), side="right")
+    return values[source]
+
+
+def permutation(n: int, key: Sequence[int], device: Any) -> Any:
+    """A permutation of ``range(n)`` (int64) drawn on ``device`` from a generator seeded by
+    ``key`` (never the global RNG). The host and the GPU draw from different generators: the
+    same key gives different orders on the two.
+
+    Example:
+        >>> bool((permutation(5, [0, 1], "cpu") == permutation(5, [0, 1], "cpu")).all())
+        True
+    """
+    if is_host(device):
+        return np.random.default_rng(list(key)).permutation(n)
+    cp = backend.cupy()
+    seed = int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint32)[0])
+    return cp.random.RandomState(seed).permutation(n).astype(cp.int64, copy=False)
+
+
+# --- frames -----------------------------------------------------------------------------------
+def is_frame(data: Any) -> bool:
+    """True for an in-memory DataFrame of either device (pandas or cuDF; not a Dask one).
+
+    Example:
+        >>> is_frame(pd.DataFrame({"a": [1]})), is_frame(np.zeros(1))
+        (True, False)
+    """
+    if isinstance(data, pd.DataFrame):
+        return True
+    return type(data).__module__.split(".")[0] == "cudf" and type(data).__name__ == "DataFrame"
+
+
+def resolve_frame_device(device: str | None) -> str:
+    """The device a dataset keeps its frames on: ``device`` resolved (``"cuda"`` needs cuDF:
+    raises with the install hint where it is missing), or for None the GPU when cuDF is usable
+    there, else the host.
+
+    Example:
+        >>> resolve_frame_device("cpu")
+        'cpu'
+    """
+    if device is None:
+        return "cuda" if backend.cudf_available() else HOST
+    resolved = backend.resolve_device(device)
+    backend.dataframe_lib(resolved)  # datasets on the GPU are cuDF frames: fail early, with the hint
+    return resolved
+
+
+# backend.py imports this module at its end (the re-export); this module reads backend's names
+# only when its functions run, so either module may be imported first.
+from tabloader import backend  # noqa: E402
