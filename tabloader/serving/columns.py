@@ -110,6 +110,8 @@ def _numbers(name: str, values: Any, dtype: np.dtype) -> Column:
     if arr.dtype == dtype:  # the common case: nothing to check
         return Column(arr)
     mask = None
+    if arr.dtype.kind == "f" and dtype.kind in "iu" and not isinstance(values, np.ndarray):
+        arr = np.asarray(values, dtype=object)  # numpy reads a list with an integer beyond int64 as floats
     if arr.dtype == object:  # nulls among the values, values of several kinds, or integers beyond 64 bits
         arr, mask = _object_numbers(name, arr, dtype)
     if arr.dtype.kind not in "biuf":
@@ -140,7 +142,7 @@ def _object_numbers(name: str, arr: np.ndarray, dtype: np.dtype) -> tuple[np.nda
     inferred = pd.api.types.infer_dtype(arr, skipna=True)
     if inferred not in _NUMERIC_INFERRED:
         raise _bad_value(name, dtype, _first_non_number(arr))
-    if inferred == "boolean":
+    if inferred == "boolean" or inferred == "empty" and dtype.kind == "b":
         nulls = pd.isna(arr)
         return np.where(nulls, False, arr).astype(bool), nulls if nulls.any() else None
     try:
