@@ -220,7 +220,8 @@ def test_pbtxt_reader_takes_the_text_format_as_protobuf_writes_it():
       int_domain: { min: -3 max: 0x10 is_categorical: True }
       annotation { tag: "caf\\303\\251" tag: "x\\ty" }
     >
-    feature { name: "f" type: FLOAT float_domain { min: 1.5e-3 max: inf } value_count { min: 2 max: 2 } }
+    feature { name: "f" type: FLOAT float_domain { min: 1.5e-3 max: inf } value_count { min: 2 max: 2 }
+              annotation { tag: ["user", 'item'] ; } }
     """
     from tabloader.dataset.nvtabular import schema_from_pbtxt
 
@@ -229,6 +230,7 @@ def test_pbtxt_reader_takes_the_text_format_as_protobuf_writes_it():
     assert s["ab"].tags == {"categorical", "café", "x\ty"}
     assert s["ab"].properties == {"domain": {"min": -3, "max": 16}, "cardinality": 17}
     assert s["f"].is_list and s["f"].dtype == "float64" and s["f"].properties["value_count"] == {"min": 2, "max": 2}
+    assert s["f"].tags == {"user", "item", "list"}
 
 
 def test_pbtxt_reader_refuses_deep_nesting_without_recursion_error():

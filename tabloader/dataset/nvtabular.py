@@ -347,6 +347,7 @@ class _TextParser:
         self.index = 0
 
     def message(self, closing: str | None = None, depth: int = 0) -> dict:
+        """The fields up to ``closing`` (the end of the text for the top-level message)."""
         if depth > _MAX_DEPTH:
             raise ValueError(f"line {self._line()}: messages nested deeper than {_MAX_DEPTH}")
         fields: dict[str, list] = {}
@@ -354,28 +355,27 @@ class _TextParser:
             kind, name, line = self._next()
             if kind not in ("word", "extension"):
                 raise ValueError(f"line {line}: expected a field name, got {name!r}")
-            colon = self._accept(":")
-            if self._peek() in ("{", "<"):
-                opening = self._next()[1]
-                value: Any = self.message("}" if opening == "{" else ">", depth + 1)
-            elif colon and self._peek() == "[":
-                self._next()
-                value = self._list()
-                fields.setdefault(name, []).extend(value)
-                self._accept(",") or self._accept(";")
-                continue
-            elif colon:
-                value = self._scalar()
-            else:
-                raise ValueError(f"line {line}: expected ':' or '{{' after {name!r}")
-            fields.setdefault(name, []).append(value)
-            self._accept(",") or self._accept(";")
+            fields.setdefault(name, []).extend(self._values(name, line, depth))
+            if not self._accept(","):  # fields may end with ',' or ';'
+                self._accept(";")
         if closing is not None:
             self._next()
         return fields
 
+    def _values(self, name: str, line: int, depth: int) -> list:
+        """The value(s) after a field name: a message, ``: [a, b]``, or ``: scalar``."""
+        colon = self._accept(":")
+        if self._peek() in ("{", "<"):
+            opening = self._next()[1]
+            return [self.message("}" if opening == "{" else ">", depth + 1)]
+        if colon and self._accept("["):
+            return self._list()
+        if colon:
+            return [self._scalar()]
+        raise ValueError(f"line {line}: expected ':' or '{{' after {name!r}")
+
     def _list(self) -> list:
-        values = []
+        values: list = []
         while not self._accept("]"):
             values.append(self._scalar())
             self._accept(",")
