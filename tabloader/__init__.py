@@ -26,6 +26,7 @@ _LAZY = {
     "ops": ("tabloader.ops", None),
     "synthetic": ("tabloader.synthetic", None),
     "backend": ("tabloader.backend", None),
+    "serving": ("tabloader.serving", None),
     "torch": ("tabloader.torch", None),
     "tf": ("tabloader.tf", None),
 }

@@ -4,7 +4,8 @@ Paths, directories and globs (local or any fsspec URL) expand into a :class:`Fil
 files in order, their file system, the folder a saved schema is looked for in, and for each
 file the folder it was found under (its ``key=value`` subfolders below that folder are hive
 partitions). Names starting with ``_`` or ``.`` are not data (``_schema.json``, ``_SUCCESS``,
-temporaries).
+temporaries, NVTabular's ``_metadata``, ``_metadata.json``, ``_file_list.txt`` and ``.merlin/``),
+nor is NVTabular's ``schema.pbtxt`` (see :mod:`tabloader.dataset.nvtabular`).
 
 Example:
     >>> import os, tempfile
@@ -24,6 +25,7 @@ import os
 import re
 from typing import Any, Callable, Sequence
 
+from tabloader.dataset import nvtabular
 from tabloader.dataset.source import SchemaMismatchError
 from tabloader.filesystems import filesystem, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
@@ -78,9 +80,12 @@ class FileSet:
         return engines.pop() if engines else "parquet"
 
     def saved_schema(self) -> Schema | None:
-        """The schema saved beside the data (``_schema.json`` in :attr:`directory`), if any."""
+        """The schema saved beside the data, if any: ``_schema.json`` in :attr:`directory`, else
+        the one NVTabular writes there (``.merlin/schema.json`` or ``schema.pbtxt``)."""
         path = join(self.directory, SCHEMA_FILE_NAME)
-        return Schema.load(path, fs=self.fs) if self.fs.exists(path) else None
+        if self.fs.exists(path):
+            return Schema.load(path, fs=self.fs)
+        return nvtabular.read_schema(self.fs, self.directory)
 
 
 def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str]:
@@ -104,7 +109,7 @@ def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str]:
 
 def _is_data_file(path: str) -> bool:
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    return not name.startswith(("_", "."))
+    return not name.startswith(("_", ".")) and name not in nvtabular.NON_DATA_FILES
 
 
 def _in_hidden_dir(path: str, root: str) -> bool:

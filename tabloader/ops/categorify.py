@@ -289,6 +289,14 @@ class Categorify(CachedLookups, StatOperator):
             cache[(enc.__name__, key)] = lookup  # two threads building it at once is harmless
         return lookup
 
+    def encoders(self, columns: Columns, enc: Any) -> list[tuple[str, tuple[str, ...], list[str], Any, int]]:
+        """``(kind, inputs, outputs, lookup, num_buckets)`` per vocabulary the selected ``columns``
+        use (kind: ``single``, ``joint`` or ``combo``), with the lookup of the encoding module
+        ``enc`` (built once per process): what encoding outside a DataFrame needs
+        (:mod:`tabloader.serving`)."""
+        return [(kind, inputs, outputs, self._get_lookup(enc, kind, key, inputs), self._buckets(key))
+                for kind, key, inputs, outputs in self._plan(columns)]
+
     def get_state(self) -> dict[str, Any]:
         return {"vocabularies": self.vocabularies_, "null_counts": self.null_counts_,
                 "cardinalities": self.cardinalities_, "list_columns": self.list_columns_}

@@ -119,9 +119,13 @@ class Normalize(StatOperator):
         cols = flatten_columns(columns)
         self.check_fitted_on(cols, self.means_)
         check_numeric(self, frame, cols)
-        out_dtype = _check_out_dtype(self)
-        out = {c: _scale(backend.numeric_values(frame[c]), self.means_[c], self.stds_[c], out_dtype) for c in cols}
+        out = {c: self.transform_values(c, backend.numeric_values(frame[c])) for c in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def transform_values(self, column: str, values: Any) -> Any:
+        """Column ``column``'s output from its values (a numpy/CuPy array, nulls as NaN), as
+        :meth:`transform` computes it; :mod:`tabloader.serving` calls it on request arrays."""
+        return _scale(values, self.means_[column], self.stds_[column], _check_out_dtype(self))
 
     def get_state(self) -> dict[str, Any]:
         return {"means": self.means_, "stds": self.stds_, "counts": self.counts_} if self.is_fitted else {}
@@ -198,10 +202,14 @@ class NormalizeMinMax(StatOperator):
         cols = flatten_columns(columns)
         self.check_fitted_on(cols, self.mins_)
         check_numeric(self, frame, cols)
-        out_dtype = _check_out_dtype(self)
-        out = {c: _scale(backend.numeric_values(frame[c]), self.mins_[c], self.maxs_[c] - self.mins_[c], out_dtype)
-               for c in cols}
+        out = {c: self.transform_values(c, backend.numeric_values(frame[c])) for c in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def transform_values(self, column: str, values: Any) -> Any:
+        """Column ``column``'s output from its values (a numpy/CuPy array, nulls as NaN), as
+        :meth:`transform` computes it; :mod:`tabloader.serving` calls it on request arrays."""
+        low = self.mins_[column]
+        return _scale(values, low, self.maxs_[column] - low, _check_out_dtype(self))
 
     def get_state(self) -> dict[str, Any]:
         return {"mins": self.mins_, "maxs": self.maxs_} if self.is_fitted else {}

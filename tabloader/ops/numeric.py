@@ -38,19 +38,20 @@ class LogOp(Operator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         cols = flatten_columns(columns)
         check_numeric(self, frame, cols)
-        out = {}
-        for col in cols:
-            x = backend.numeric_values(frame[col])
-            xp = backend.array_lib(x)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                if x.dtype == np.float32:
-                    y = x.astype(np.float64)
-                    y += 1.0
-                    xp.log(y, out=y)
-                    out[col] = y.astype(np.float32)
-                else:
-                    out[col] = xp.log1p(x, dtype=np.float64)
+        out = {col: self.transform_values(col, backend.numeric_values(frame[col])) for col in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def transform_values(self, column: str, values: Any) -> Any:
+        """A column's output from its values (a numpy/CuPy array, nulls as NaN), as
+        :meth:`transform` computes it; :mod:`tabloader.serving` calls it on request arrays."""
+        xp = backend.array_lib(values)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if values.dtype == np.float32:
+                y = values.astype(np.float64)
+                y += 1.0
+                xp.log(y, out=y)
+                return y.astype(np.float32)
+            return xp.log1p(values, dtype=np.float64)
 
 
 class Clip(Operator):
@@ -81,16 +82,24 @@ class Clip(Operator):
         out = {}
         for col in cols:
             series = frame[col]
-            dtype = _numpy_dtype(series.dtype)
-            lo, hi = _bound(self.min_value, dtype, math.ceil), _bound(self.max_value, dtype, math.floor)
-            if dtype.kind in "iu" and lo is not None and hi is not None and lo > hi:
-                raise ValueError(f"Clip: no integer of column {col!r} lies in [{self.min_value}, {self.max_value}]")
             if not backend.is_plain_numeric(series):  # nullable / arrow dtypes: the frame library clips
-                out[col] = series.clip(lo, hi)
+                out[col] = series.clip(*self.bounds(col, _numpy_dtype(series.dtype)))
                 continue
-            x = backend.column_values(series)
-            out[col] = backend.array_lib(x).clip(x, lo, hi)
+            out[col] = self.transform_values(col, backend.column_values(series))
         return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def bounds(self, column: str, dtype: np.dtype) -> tuple[Any, Any]:
+        """The bounds as values of ``dtype`` (None where not given); a ValueError when no
+        integer of an integer column lies between them."""
+        lo, hi = _bound(self.min_value, dtype, math.ceil), _bound(self.max_value, dtype, math.floor)
+        if dtype.kind in "iu" and lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"Clip: no integer of column {column!r} lies in [{self.min_value}, {self.max_value}]")
+        return lo, hi
+
+    def transform_values(self, column: str, values: Any) -> Any:
+        """A column's output from its values (a numpy/CuPy array of its own dtype), as
+        :meth:`transform` computes it; :mod:`tabloader.serving` calls it on request arrays."""
+        return backend.array_lib(values).clip(values, *self.bounds(column, values.dtype))
 
 
 def _numpy_dtype(dtype: Any) -> np.dtype:
@@ -160,16 +169,18 @@ class Bucketize(Operator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         cols = flatten_columns(columns)
         check_numeric(self, frame, cols)
-        out = {}
-        for col in cols:
-            x = backend.numeric_values(frame[col])
-            xp = backend.array_lib(x)
-            bounds = xp.asarray(self._boundaries_of(col))
-            ids = xp.searchsorted(bounds, x, side="right").astype(np.int64)
-            if x.dtype.kind == "f":  # nulls are NaN here (numeric_values); integer arrays have none
-                ids[xp.isnan(x)] = len(bounds) + 1
-            out[col] = ids
+        out = {col: self.transform_values(col, backend.numeric_values(frame[col])) for col in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def transform_values(self, column: str, values: Any) -> Any:
+        """A column's output from its values (a numpy/CuPy array, nulls as NaN), as
+        :meth:`transform` computes it; :mod:`tabloader.serving` calls it on request arrays."""
+        xp = backend.array_lib(values)
+        bounds = xp.asarray(self._boundaries_of(column))
+        ids = xp.searchsorted(bounds, values, side="right").astype(np.int64)
+        if values.dtype.kind == "f":  # nulls are NaN here (numeric_values); integer arrays have none
+            ids[xp.isnan(values)] = len(bounds) + 1
+        return ids
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         out = []
