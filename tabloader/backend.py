@@ -189,7 +189,7 @@ def frame_arrow_schema(frame: Any) -> Any:
     return schema
 
 
-def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = ()) -> Any:
+def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), copy: bool = True) -> Any:
     """A pyarrow Table as a DataFrame on ``device``.
 
     On the CPU, arrow types keep pandas' conventions and lose no value: integer and boolean
@@ -201,15 +201,33 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = ()) 
     Python objects are created and writing them back keeps their type. cuDF columns are
     nullable already.
 
+    ``copy=False`` is for a table nobody else holds (a partition just read): its integer and
+    float columns then share the table's value buffers instead of being copied (floats with
+    nulls are copied once, to hold NaN). The frame is the same either way.
+
     Example:
         >>> import pyarrow as pa
         >>> t = pa.table({"a": pa.array([2**60 + 1, None]), "b": [1, 2], "c": [1, 2]})
         >>> frame = from_arrow(t, nullable=["c"])
         >>> [str(d) for d in frame.dtypes], frame["a"].tolist()[0] == 2**60 + 1
         (['Int64', 'int64', 'Int64'], True)
+        >>> from_arrow(t, nullable=["c"], copy=False).equals(frame)
+        True
     """
     if resolve_device(device) == "cuda":
         return cudf().DataFrame.from_arrow(table)
+    if copy or table.schema.pandas_metadata or len(set(table.column_names)) < table.num_columns \
+            or not table.num_columns:
+        return _to_pandas(table, nullable)
+    shared = {name: _shared_numbers(column, name in nullable) for name, column in zip(table.column_names, table.columns)}
+    rest = [name for name, values in shared.items() if values is None]
+    converted = _to_pandas(table.select(rest), nullable) if rest else {}
+    return pd.DataFrame({name: converted[name] if values is None else values for name, values in shared.items()},
+                        copy=False)
+
+
+def _to_pandas(table: Any, nullable: Collection[str]) -> Any:
+    """pyarrow's conversion, with the dtypes :func:`from_arrow` promises."""
     masked = [name for name, column in zip(table.column_names, table.columns)
               if has_nullable_dtype(column.type) and (name in nullable or column.null_count)]
     if not masked:
@@ -217,6 +235,40 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = ()) 
     plain = table.drop_columns(masked).to_pandas(types_mapper=_pandas_type_for_arrow, self_destruct=False)
     nulls = table.select(masked).to_pandas(types_mapper=_nullable_type_for_arrow, self_destruct=False)
     return pd.concat([plain, nulls], axis=1)[table.column_names]
+
+
+def _shared_numbers(column: Any, nullable: bool) -> Any:
+    """An integer or float column as a numpy array (floats: nulls as NaN) or a pandas nullable
+    integer array (when ``nullable`` or holding nulls) over the column's value buffer; None
+    for other types. pandas' own conversion copies the values and unpacks the validity
+    bitmap through an arrow boolean array, which cost more than reading the partition."""
+    import pyarrow as pa
+
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_float32(kind) or pa.types.is_float64(kind)):
+        return None
+    chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    dtype = np.dtype(kind.to_pandas_dtype())
+    data = chunk.buffers()[1]
+    values = (np.frombuffer(data, dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize) if len(chunk)
+              else np.empty(0, dtype))
+    if not values.flags.writeable:  # arrow memory that is not ours to write (a memory map)
+        values = values.copy()
+    missing = _null_rows(chunk)
+    if dtype.kind == "f":
+        return values if missing is None else np.where(missing, dtype.type("nan"), values)
+    if missing is None and not nullable:
+        return values
+    return pd.arrays.IntegerArray(values, np.zeros(len(chunk), bool) if missing is None else missing)
+
+
+def _null_rows(chunk: Any) -> Any:
+    """True where an arrow array is null, from its validity bitmap; None without nulls."""
+    if not chunk.null_count:
+        return None
+    bits = np.frombuffer(chunk.buffers()[0], np.uint8)
+    valid = np.unpackbits(bits, count=chunk.offset + len(chunk), bitorder="little")[chunk.offset:]
+    return valid == 0
 
 
 def has_nullable_dtype(arrow_type: Any) -> bool:

@@ -260,6 +260,50 @@ def test_from_arrow_keeps_pandas_conventions():
     assert pa.array(out["l"]).to_pylist() == [[1, 2], None, []]
 
 
+
+def _table_sharing_cases():
+    """Integer and float columns in every layout a partition may have: nulls at odd offsets,
+    several chunks, no nulls, nullable without nulls; beside columns pyarrow converts."""
+    ints = pa.array([7, None, 2**60 + 1, -4, None, 9, 10, 11, 12, None], type=pa.int64())
+    return pa.table({
+        "sliced": ints.slice(3),  # a validity bitmap not starting at bit 0
+        "chunks": pa.chunked_array([ints.slice(0, 4), ints.slice(8, 2), pa.array([5], pa.int64())]),
+        "u8": pa.array([1, 2, 3, 4, 5, 6, 255], type=pa.uint8()),
+        "i32": pa.array(range(7), type=pa.int32()),
+        "f32": pa.array([0.5, None, 1.5, None, 2.5, 3.5, None], type=pa.float32()),
+        "f64": pa.array([0.25] * 7, type=pa.float64()),
+        "b": pa.array([True, None, False, True, True, False, None]),
+        "s": pa.array(["a", None, "c", "d", "e", "f", "g"]),
+    })
+
+
+def test_from_arrow_sharing_buffers_gives_the_same_frame():
+    table = _table_sharing_cases()
+    expected = pd.DataFrame({
+        "sliced": pd.array([-4, None, 9, 10, 11, 12, None], dtype="Int64"),
+        "chunks": pd.array([7, None, 2**60 + 1, -4, 12, None, 5], dtype="Int64"),
+        "u8": pd.array([1, 2, 3, 4, 5, 6, 255], dtype="UInt8"),  # named nullable
+        "i32": np.arange(7, dtype=np.int32),
+        "f32": np.array([0.5, np.nan, 1.5, np.nan, 2.5, 3.5, np.nan], dtype=np.float32),
+        "f64": np.full(7, 0.25),
+        "b": pd.array([True, None, False, True, True, False, None], dtype="boolean"),
+        "s": pd.Series(["a", None, "c", "d", "e", "f", "g"], dtype="str"),
+    })
+    for copy in (True, False):
+        out = backend.from_arrow(table, nullable=["u8"], copy=copy)
+        pd.testing.assert_frame_equal(out, expected)
+    empty = backend.from_arrow(table.slice(0, 0), nullable=["sliced", "chunks", "u8", "b"], copy=False)
+    pd.testing.assert_frame_equal(empty, expected.iloc[:0])
+
+
+def test_from_arrow_sharing_buffers_gives_a_writable_frame():
+    table = _table_sharing_cases()
+    out = backend.from_arrow(table, nullable=["u8"], copy=False)
+    out.loc[0, "i32"] = 100
+    out.loc[1, "sliced"] = 5
+    assert out["i32"].tolist()[:2] == [100, 1] and out["sliced"].tolist()[:2] == [-4, 5]
+
+
 # --- parquet ----------------------------------------------------------------------------------
 @pytest.fixture
 def parquet_file(tmp_path):

@@ -106,7 +106,8 @@ class ParquetSource(Source):
 
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
         if self.device != "cuda":
-            return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable)
+            # The partition's table is ours alone: its columns need not be copied into the frame.
+            return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable, copy=False)
         target = self.target_schema(columns)
         frames = [self._read_piece_frame(piece, target) for piece in _merge_pieces(self.partitions[index])]
         if not frames:
