@@ -549,6 +549,19 @@ def column_values(series: Any, dtype: Any = None) -> Any:
     return series.to_numpy(dtype=dtype, na_value=np.nan)
 
 
+def host_float_values(series: Any) -> Any:
+    """The values of a numpy-backed pandas float column, whose nulls are its NaN (uncopied);
+    None for other columns (cuDF keeps NaN apart from its nulls).
+
+    Example:
+        >>> host_float_values(pd.Series([1.5, None])).tolist(), host_float_values(pd.Series([1, 2]))
+        ([1.5, nan], None)
+    """
+    if is_gpu_object(series) or not isinstance(series.dtype, np.dtype) or series.dtype.kind != "f":
+        return None
+    return series.to_numpy()
+
+
 def numeric_values(series: Any) -> Any:
     """A numeric column as an array for ufuncs: its own dtype when it is
     :func:`is_plain_numeric`, else float64 with nulls as NaN.

@@ -89,6 +89,17 @@ def test_fill_missing_keeps_inf():
     assert FillMissing(0).transform(["x"], df)["x"].tolist() == [np.inf, 0.0, -np.inf]
 
 
+
+@pytest.mark.parametrize("value", [0, -1, 0.5, 0.1, 1e300, 2**70, -2**60 + 1, np.float32(0.25), np.inf])
+def test_fill_missing_float_columns_match_fillna_by_hand(value):
+    """Every fill value pandas' fillna takes into float columns; NaN only is filled."""
+    x = np.array([1.5, np.nan, -np.inf, np.inf, -0.0, np.nan], dtype=np.float64)
+    df = pd.DataFrame({"f64": x, "f32": x.astype(np.float32)})
+    out = FillMissing(value).transform(["f64", "f32"], df)
+    for col in ["f64", "f32"]:
+        expected = df[col].where(df[col].notna(), value)  # pandas' own way, kept or upcast as pandas decides
+        pd.testing.assert_series_equal(out[col], expected, check_exact=True)
+
 def rows_from_loader(loader, name):
     """The list rows of column ``name`` over one epoch, rebuilt from the (values, offsets) pairs."""
     rows = []

@@ -11,6 +11,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
+
 from tabloader import backend
 from tabloader.encoding.lists import LIST_ROW_TYPES, as_list_column
 from tabloader.ops.base import Columns, StatOperator, Operator, check_numeric, flatten_columns
@@ -40,6 +42,11 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
         if float_fallback and backend.nullable_integers(series) \
                 and not float(value).is_integer():  # decided by the fitted value: same dtype in every partition
             series = series.astype("float64")
+        floats = backend.host_float_values(series)
+        if floats is not None and _holds_exactly(floats.dtype, value):
+            # What fillna gives, in one pass (fillna goes through Block.where: 10x the time).
+            out[col] = np.where(np.isnan(floats), floats.dtype.type(value), floats)
+            continue
         try:
             out[col] = series.fillna(value)
         except (TypeError, ValueError) as exc:
@@ -47,6 +54,18 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
                             f"with {values[col]!r}: {exc}") from exc
     out.update(indicators)
     return backend.frame_from_columns(out, frame.index, like=frame)
+
+
+def _holds_exactly(dtype: np.dtype, value: Any) -> bool:
+    """True when ``value`` is a number that float ``dtype`` holds exactly (fillna keeps the dtype then)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    number = value.item() if isinstance(value, (np.integer, np.floating)) else value
+    try:
+        with np.errstate(over="ignore"):
+            return float(dtype.type(number)) == number  # compared by Python, exactly (numpy would cast to dtype)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def is_list_value(value: Any) -> bool:
