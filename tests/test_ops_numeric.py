@@ -90,7 +90,7 @@ def test_fill_missing_keeps_inf():
 
 
 
-@pytest.mark.parametrize("value", [0, -1, 0.5, 0.1, 1e300, 2**70, -2**60 + 1, np.float32(0.25), np.inf])
+@pytest.mark.parametrize("value", [0, -1, 0.5, 0.1, 1e-50, 2**70, -2**60 + 1, np.float32(0.25), np.inf])
 def test_fill_missing_float_columns_match_fillna_by_hand(value):
     """Every fill value pandas' fillna takes into float columns; NaN only is filled."""
     x = np.array([1.5, np.nan, -np.inf, np.inf, -0.0, np.nan], dtype=np.float64)
@@ -358,6 +358,22 @@ def test_logop_matches_log1p_keeps_float32(frame):
     assert edge[0] == -np.inf and np.isnan(edge[1]) and edge[2] == np.inf and np.isnan(edge[3])
     with pytest.raises(TypeError, match=r"LogOp.*'s'"):
         LogOp().transform(["s"], pd.DataFrame({"s": ["x"]}))
+
+
+@pytest.mark.parametrize("share_of_counts", [1.0, 0.95, 0.5, 0.0])
+def test_logop_float32_counts_equal_the_float64_formula(share_of_counts):
+    """float32 integers (counts) and other values, in any mix, give float32(log(float64(x) + 1))."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    counts = np.concatenate([np.arange(66_000), [0, -0.0, 65_535, 65_536, 2**24, 2**31, 3e9]])
+    other = np.array([np.nan, np.inf, -np.inf, -1, -2, -3e9, 0.5, 1e-9, 1e38, 65_535.5])
+    x = np.where(rng.random(n) < share_of_counts, rng.choice(counts, n), rng.choice(other, n)).astype(np.float32)
+    x = np.concatenate([x, counts.astype(np.float32)]) if share_of_counts == 1.0 else x
+    out = LogOp().transform(["x"], pd.DataFrame({"x": x}))["x"].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = np.log(x.astype(np.float64) + 1.0).astype(np.float32)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, expected)
 
 
 def test_clip_matches_numpy(frame):
