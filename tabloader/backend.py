@@ -243,20 +243,23 @@ def _shared_numbers(column: Any, nullable: bool) -> Any:
     for other types. pandas' own conversion copies the values and unpacks the validity
     bitmap through an arrow boolean array, which cost more than reading the partition."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     kind = column.type
     if not (pa.types.is_integer(kind) or pa.types.is_float32(kind) or pa.types.is_float64(kind)):
         return None
     chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     dtype = np.dtype(kind.to_pandas_dtype())
+    if dtype.kind == "f" and chunk.null_count:
+        chunk = pc.fill_null(chunk, dtype.type("nan"))  # a new array of ours (arrow's fill beats np.where)
     data = chunk.buffers()[1]
     values = (np.frombuffer(data, dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize) if len(chunk)
               else np.empty(0, dtype))
     if not values.flags.writeable:  # arrow memory that is not ours to write (a memory map)
         values = values.copy()
-    missing = _null_rows(chunk)
     if dtype.kind == "f":
-        return values if missing is None else np.where(missing, dtype.type("nan"), values)
+        return values
+    missing = _null_rows(chunk)
     if missing is None and not nullable:
         return values
     return pd.arrays.IntegerArray(values, np.zeros(len(chunk), bool) if missing is None else missing)
@@ -266,9 +269,8 @@ def _null_rows(chunk: Any) -> Any:
     """True where an arrow array is null, from its validity bitmap; None without nulls."""
     if not chunk.null_count:
         return None
-    bits = np.frombuffer(chunk.buffers()[0], np.uint8)
-    valid = np.unpackbits(bits, count=chunk.offset + len(chunk), bitorder="little")[chunk.offset:]
-    return valid == 0
+    invalid = ~np.frombuffer(chunk.buffers()[0], np.uint8)
+    return np.unpackbits(invalid, count=chunk.offset + len(chunk), bitorder="little")[chunk.offset:].view(bool)
 
 
 def has_nullable_dtype(arrow_type: Any) -> bool:
