@@ -339,7 +339,8 @@ def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Se
     """Read one parquet file (optionally some row groups) into a DataFrame on ``device``."""
     if resolve_device(device) == "cuda":
         kwargs = {"row_groups": [list(row_groups)]} if row_groups is not None else {}
-        return cudf().read_parquet(path, columns=columns, filesystem=filesystem, **kwargs)
+        # Without pandas' metadata, as on the CPU: no stored index, rows numbered from 0.
+        return cudf().read_parquet(path, columns=columns, filesystem=filesystem, use_pandas_metadata=False, **kwargs)
     return from_arrow(read_parquet_arrow(path, columns, row_groups, filesystem))
 
 
