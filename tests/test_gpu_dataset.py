@@ -210,6 +210,13 @@ def test_a_dask_cudf_dataframe_is_a_source_on_either_device():
     wf = tl.Workflow(["c"] >> ops.Categorify(), progress=False).fit(on_gpu)
     ids = wf.transform(on_gpu).compute()["c"].to_arrow().to_pylist()
     assert ids == [3, 4, 1, 3, 5, 3]  # null 1, then by descending frequency (a: 3 times), ties by value
+    transformed = wf.transform(ddf)  # a Dask-cuDF DataFrame in, one out
+    assert isinstance(transformed, dask_cudf.DataFrame)
+    assert transformed.compute()["c"].to_arrow().to_pylist() == ids
+    import dask.dataframe as dd
+
+    on_host = wf.transform(dd.from_pandas(frame, npartitions=2))  # a pandas Dask DataFrame stays on the host
+    assert isinstance(on_host.compute(), pd.DataFrame) and on_host.compute()["c"].tolist() == ids
 
 
 def expected_criteo_like(frame: pd.DataFrame, freq_threshold: int) -> pd.DataFrame:
