@@ -219,6 +219,19 @@ def test_a_dask_cudf_dataframe_is_a_source_on_either_device():
     assert isinstance(on_host.compute(), pd.DataFrame) and on_host.compute()["c"].tolist() == ids
 
 
+@gpu
+def test_frames_of_either_device_are_moved_to_the_dataset_device():
+    import cudf
+
+    frame = pd.DataFrame({"a": [1, 2, 3], "s": ["x", None, "z"]})
+    from_gpu = tl.Dataset(cudf.from_pandas(frame), device="cpu", part_size=16)
+    assert isinstance(from_gpu.read_partition(0), pd.DataFrame) and isinstance(from_gpu.meta(), pd.DataFrame)
+    assert from_gpu.compute()["s"].tolist()[::2] == ["x", "z"]
+    from_host = tl.Dataset(frame, device="cuda", part_size=16)
+    assert isinstance(from_host.read_partition(0), cudf.DataFrame)
+    assert from_host.compute()["a"].to_arrow().to_pylist() == [1, 2, 3]
+
+
 def expected_criteo_like(frame: pd.DataFrame, freq_threshold: int) -> pd.DataFrame:
     """Categorify(freq_threshold) on ``c`` and FillMissing(0) >> Normalize on ``x``, by hand."""
     counts = frame["c"].value_counts()

@@ -19,12 +19,13 @@ from tabloader.dataset.source import Source
 
 
 class FrameSource(Source):
-    """A pandas or cuDF DataFrame cut into consecutive row ranges of about ``part_size`` bytes
-    in memory (its index is dropped: rows are numbered from 0)."""
+    """A pandas or cuDF DataFrame, moved to ``device`` where it is elsewhere, cut into
+    consecutive row ranges of about ``part_size`` bytes in memory (its index is dropped: rows
+    are numbered from 0)."""
 
     def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
         super().__init__(device)
-        frame = backend.to_device(frame, device)
+        frame = backend.to_frame_device(frame, device)
         self.frame = frame.reset_index(drop=True)
         n = len(frame)
         nbytes = int(frame.memory_usage(deep=True, index=False).sum()) if n else 0
