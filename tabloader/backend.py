@@ -71,7 +71,7 @@ def detect_cuda_major() -> int | None:
 
     The CUDA runtime an installed GPU library was built for comes first (PyTorch, then CuPy:
     one process then loads one CUDA major), else the newest CUDA the driver runs (``nvidia-smi``).
-    Asked only when an install hint is needed (it may import PyTorch and run ``nvidia-smi``).
+    Asked only when an install hint is needed (it may run ``nvidia-smi``).
     """
     for probe in (_torch_cuda_major, _cupy_cuda_major, _driver_cuda_major):
         try:
@@ -84,11 +84,19 @@ def detect_cuda_major() -> int | None:
 
 
 def _torch_cuda_major() -> int | None:
-    if not has_module("torch"):
-        return None
-    import torch
+    """PyTorch's CUDA major: asked of the module when it is imported, else read from the wheel's
+    version (``2.4.0+cu121``) rather than importing it (seconds, for an error message)."""
+    import sys
+    from importlib import metadata
 
-    return int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    try:
+        local = metadata.version("torch").partition("+")[2]
+    except metadata.PackageNotFoundError:
+        return None
+    return int(local[2:-1]) if local.startswith("cu") and local[2:].isdigit() and len(local) > 3 else None
 
 
 def _cupy_cuda_major() -> int | None:
