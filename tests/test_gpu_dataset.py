@@ -186,7 +186,7 @@ def test_conform_dtypes_casts_to_the_dataset_dtypes_and_names_the_file_and_colum
 # --- Dask ----------------------------------------------------------------------------------------
 @gpu
 def test_to_ddf_of_a_cudf_dataset_is_a_dask_cudf_collection(tmp_path):
-    import dask_cudf
+    dask_cudf = pytest.importorskip("dask_cudf")
 
     path = write_files(tmp_path / "raw")
     ddf = tl.Dataset(path, device="cuda", part_size=1500).to_ddf(["id", "s", "day"])
@@ -198,7 +198,8 @@ def test_to_ddf_of_a_cudf_dataset_is_a_dask_cudf_collection(tmp_path):
 @gpu
 def test_a_dask_cudf_dataframe_is_a_source_on_either_device():
     import cudf
-    import dask_cudf
+
+    dask_cudf = pytest.importorskip("dask_cudf")
 
     frame = pd.DataFrame({"c": ["a", "b", None, "a", "c", "a"], "x": [1.0, 2.0, None, 4.0, 5.0, 6.0]})
     ddf = dask_cudf.from_cudf(cudf.from_pandas(frame), npartitions=3)
@@ -246,7 +247,8 @@ def expected_criteo_like(frame: pd.DataFrame, freq_threshold: int) -> pd.DataFra
 @gpu
 def test_workflow_on_a_local_cuda_cluster_equals_pandas(tmp_path):
     import distributed
-    from dask_cuda import LocalCUDACluster
+
+    LocalCUDACluster = pytest.importorskip("dask_cuda").LocalCUDACluster
 
     rng = np.random.default_rng(1)
     n = 3000

@@ -50,7 +50,7 @@ for step in "${steps[@]}"; do
       run_step env sh -c "nvidia-smi; $py -c '
 import importlib, platform
 print(\"python\", platform.python_version())
-for name in (\"torch\", \"cupy\", \"triton\", \"cudf\", \"dask\", \"distributed\", \"dask_cudf\", \"pandas\", \"pyarrow\", \"numpy\"):
+for name in (\"torch\", \"cupy\", \"triton\", \"cudf\", \"dask\", \"distributed\", \"dask_cudf\", \"dask_cuda\", \"polars\", \"cudf_polars\", \"pandas\", \"pyarrow\", \"numpy\"):
     try:
         print(name, importlib.import_module(name).__version__)
     except Exception as exc:
