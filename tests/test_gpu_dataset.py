@@ -216,7 +216,8 @@ def test_a_dask_cudf_dataframe_is_a_source_on_either_device():
     assert transformed.compute()["c"].to_arrow().to_pylist() == ids
     import dask.dataframe as dd
 
-    on_host = wf.transform(dd.from_pandas(frame, npartitions=2))  # a pandas Dask DataFrame stays on the host
+    wf_cpu = tl.Workflow(["c"] >> ops.Categorify(), progress=False).fit(tl.Dataset(frame, device="cpu"))
+    on_host = wf_cpu.transform(dd.from_pandas(frame, npartitions=2))  # a pandas Dask DataFrame stays on the host
     assert isinstance(on_host.compute(), pd.DataFrame) and on_host.compute()["c"].tolist() == ids
 
 
