@@ -149,11 +149,11 @@ class ParquetSource(Source):
             frame = backend.read_parquet(piece.path, self._file_columns(target), piece.row_groups, device=self.device)
         except Exception as exc:
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
-        keys = key_columns(piece.partition, target, len(frame))
+        keys = key_columns(piece.partition, target, 1)  # one row, repeated on the device
         if keys.num_columns:
             key_frame = backend.from_arrow(keys, self.device)
             for name in keys.column_names:
-                frame[name] = key_frame[name]
+                frame[name] = key_frame[name].repeat(len(frame)).reset_index(drop=True)
         # The dtypes of the meta, whatever the file's own: as _conform does for arrow tables.
         return conform_dtypes(frame, self._device_dtypes[target.names], piece.path)
 
