@@ -76,6 +76,22 @@ def resolve(output: "Node", input_schema: Schema) -> tuple[dict["Node", NodeColu
     return {node: r.columns for node, r in resolved.items()}, resolved[output].schema
 
 
+def column_origins(output: "Node", columns: Any) -> dict[str, "OpNode | None"]:
+    """For each output column of ``output``, the op node that computed it (None: a column of the
+    input data), from resolved ``columns`` (node -> :class:`NodeColumns`, as a plan holds them):
+    no operator is asked anything, so a loaded workflow can answer without resolving again."""
+    origins: dict[Node, dict[str, OpNode | None]] = {}
+    for node in output.walk():
+        if isinstance(node, OpNode):
+            origins[node] = dict.fromkeys(columns[node].output, node)
+            continue
+        mine: dict[str, OpNode | None] = {}
+        for name in columns[node].output:
+            mine[name] = next((origins[p][name] for p in node.parents if name in origins[p]), None)
+        origins[node] = mine
+    return origins[output]
+
+
 class _NodeType(type):
     """Keeps ``Node(kind, ...)``, the constructor from before the kinds were classes, working (deprecated)."""
 

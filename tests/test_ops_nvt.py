@@ -1,0 +1,130 @@
+"""NVTabular operators and parameters (issue 17, part 3) and ids back to values (part 4),
+against independent pandas / numpy computations."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tabloader as tl
+from tabloader import ops
+
+
+def write_parquet(tmp_path, table: pa.Table, name: str = "data.parquet") -> str:
+    """A parquet file written by pyarrow without pandas metadata (as Spark or polars write them)."""
+    path = str(tmp_path / name)
+    pq.write_table(table.replace_schema_metadata(None), path)
+    return path
+
+
+def plain(values):
+    """Python values with every missing value (None, NA, NaN) as None, lists as lists."""
+    def one(v):
+        if isinstance(v, (list, np.ndarray)):
+            return [one(e) for e in v]
+        return None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
+    return [one(v) for v in values]
+
+
+def reference_vocabulary(values, freq_threshold=0):
+    """(value, id, count) rows by hand: descending count, ties by value, ids after 2 + 1 bucket."""
+    counts = pd.Series([v for v in values if v is not None]).value_counts()
+    rows = sorted(((v, c) for v, c in counts.items() if c >= freq_threshold), key=lambda vc: (-vc[1], vc[0]))
+    return [(v, 3 + i, c) for i, (v, c) in enumerate(rows)]
+
+
+# --- part 4: ids back to values ------------------------------------------------------------
+def categorical_table() -> pa.Table:
+    return pa.table({
+        "s": pa.array(["b", "a", "b", None, "c", "b", "a", "d"]),
+        "i": pa.array([7, 7, None, 9, 9, 9, 12, 7], pa.int64()),
+        "l": pa.array([["x", "y"], None, [], ["y", None], ["y"], ["z", "x"], ["x"], ["y"]]),
+        "y": pa.array([1, 0, 1, 0, 1, 0, 1, 0], pa.int32()),
+    })
+
+
+def test_vocabulary_table_is_the_contract(tmp_path):
+    path = write_parquet(tmp_path, categorical_table())
+    op = ops.Categorify()
+    tl.Workflow(["s", "i"] >> op, progress=False).fit(tl.Dataset(path))
+    for col in ["s", "i"]:
+        values = [None if v is None else v for v in pq.read_table(path)[col].to_pylist()]
+        table = op.vocabulary_table(col)
+        assert list(table.columns) == ["value", "id", "count"]
+        assert list(table.itertuples(index=False, name=None)) == reference_vocabulary(values)
+    exported = op.export_vocabularies(str(tmp_path / "vocab"))
+    assert sorted(os.listdir(tmp_path / "vocab")) == ["i.parquet", "s.parquet"]
+    assert pd.read_parquet(exported["s"]).to_dict("list") == op.vocabulary_table("s").to_dict("list")
+    with pytest.raises(KeyError, match="encodes no column 'y'"):
+        op.vocabulary_table("y")
+
+
+def test_inverse_transform_maps_reserved_ids_to_sentinels(tmp_path):
+    path = write_parquet(tmp_path, categorical_table())
+    op = ops.Categorify(freq_threshold=2)
+    wf = tl.Workflow((["s", "i", "l"] >> op) + ["y"], progress=False)
+    out = wf.fit_transform(tl.Dataset(path)).compute()
+    raw = pq.read_table(path).to_pydict()
+    kept = {c: {v for v, *_ in reference_vocabulary(
+        [e for r in raw[c] for e in (r if isinstance(r, list) else [r])] if c == "l" else raw[c], 2)}
+        for c in ["s", "i", "l"]}
+
+    def expect(v, col, oov):
+        return None if v is None else (v if v in kept[col] else oov)
+
+    back = wf.inverse_transform(out)  # every reserved id gives a missing value by default
+    assert plain(back["s"]) == [expect(v, "s", None) for v in raw["s"]]
+    strings = op.inverse_transform(out[["s", "l"]], oov="<OOV>")
+    assert plain(strings["s"]) == [expect(v, "s", "<OOV>") for v in raw["s"]]
+    assert plain(strings["l"]) == \
+        [None if r is None else [expect(e, "l", "<OOV>") for e in r] for r in raw["l"]]
+    ints = op.inverse_transform(out[["i"]], oov=-1)
+    assert plain(ints["i"]) == [expect(v, "i", -1) for v in raw["i"]]
+    assert back.columns.tolist() == ["s", "i", "l", "y"] and back["y"].tolist() == raw["y"]
+
+
+def test_inverse_transform_padding_and_bad_ids():
+    op = ops.Categorify()
+    wf = tl.Workflow(["c"] >> op, progress=False)
+    wf.fit(pd.DataFrame({"c": ["a", "a", "b"]}))  # a -> 3, b -> 4, cardinality 5
+    ids = pd.DataFrame({"c": [0, 1, 2, 3, 4]})
+    assert plain(op.inverse_transform(ids, padding="<PAD>", oov="<OOV>")["c"]) == ["<PAD>", None, "<OOV>", "a", "b"]
+    with pytest.raises(ValueError, match=r"column 'c' holds id 5, outside the encoding's range \[0, 5\)"):
+        op.inverse_transform(pd.DataFrame({"c": [3, 5]}))
+    with pytest.raises(ValueError, match="oov sentinel -1 cannot stand among the values of column 'c'"):
+        op.inverse_transform(ids, oov=-1)
+
+
+def test_inverse_transform_joint_and_combo_groups():
+    df = pd.DataFrame({"a": ["x", "y", "x", None], "b": ["y", "y", "z", "x"], "u": [1, 2, 1, 2], "v": [5, 5, 5, 6]})
+    joint, combo = ops.Categorify(), ops.Categorify(encode_type="combo")
+    wf = tl.Workflow(([("a", "b")] >> joint) + ([("u", "v")] >> combo), progress=False)
+    out = wf.fit_transform(df)
+    assert out.columns.tolist() == ["a", "b", "u_v"]
+    shared = reference_vocabulary(df["a"].tolist() + df["b"].tolist())
+    assert list(joint.vocabulary_table("a_b").itertuples(index=False, name=None)) == shared
+    pairs = combo.vocabulary_table("u_v")
+    assert pairs.columns.tolist() == ["u", "v", "id", "count"]
+    assert list(pairs.itertuples(index=False, name=None)) == [(1, 5, 3, 2), (2, 5, 4, 1), (2, 6, 5, 1)]
+    back = wf.inverse_transform(out)
+    assert back.columns.tolist() == ["a", "b", "u", "v"]
+    for col in ["a", "b", "u", "v"]:
+        assert plain(back[col]) == plain(df[col])
+
+
+def test_inverse_transform_after_save_load_and_of_changed_columns(tmp_path):
+    df = pd.DataFrame({"c": ["p", "q", "p"], "d": ["r", "s", "s"]})
+    wf = tl.Workflow((["c"] >> ops.Categorify()) + (["d"] >> ops.Categorify() >> ops.LambdaOp(np.negative)),
+                     progress=False)
+    out = wf.fit_transform(df)
+    wf.save(str(tmp_path / "wf"))
+    loaded = tl.Workflow.load(str(tmp_path / "wf"), trusted=[np.negative])
+    back = loaded.inverse_transform(out)
+    assert back["c"].tolist() == ["p", "q", "p"]
+    assert back["d"].tolist() == out["d"].tolist()  # a later operator changed them: not ids of a vocabulary
+    assert loaded.output_node.parents[0].op.vocabulary_table("c")["value"].tolist() == ["p", "q"]
