@@ -92,6 +92,16 @@ def column_origins(output: "Node", columns: Any) -> dict[str, "OpNode | None"]:
     return origins[output]
 
 
+# The operator `node >> function` builds: registered by tabloader.ops.lambdaop (LambdaOp), since
+# the graph imports no operator module (operator modules import the graph).
+_FUNCTION_OPERATOR: list[Any] = []
+
+
+def register_function_operator(factory: Any) -> None:
+    """Make ``node >> f`` mean ``node >> factory(f)`` for a plain function ``f``."""
+    _FUNCTION_OPERATOR[:] = [factory]
+
+
 class _NodeType(type):
     """Keeps ``Node(kind, ...)``, the constructor from before the kinds were classes, working (deprecated)."""
 
@@ -143,9 +153,15 @@ class Node(metaclass=_NodeType):
         # An operator class has the operator's attributes too: `>> LogOp` means `>> LogOp()`.
         if isinstance(op, type) and isinstance(op, GraphOperator):
             op = op()
+        elif callable(op) and not isinstance(op, (type, GraphOperator)) and _FUNCTION_OPERATOR:
+            op = _FUNCTION_OPERATOR[0](op)  # `>> f` means `>> LambdaOp(f)`
         if not isinstance(op, GraphOperator):
-            raise TypeError(f"`>>` takes an operator (class or instance), got {op!r}")
+            raise TypeError(f"`>>` takes an operator (class or instance) or a function, got {op!r}")
         return OpNode(self, op)
+
+    def __getitem__(self, names: Any) -> "PickNode":
+        """Some of this node's output columns: ``node["a"]`` or ``node[["a", "b"]]``."""
+        return PickNode(self, [names] if isinstance(names, str) else list(names))
 
     def __rrshift__(self, other: Any) -> "Node":
         raise TypeError("an operator goes on the right of `>>`")
@@ -393,7 +409,49 @@ class DropNode(Node):
         return cls(parents[0], record["dropped"])
 
 
-NODE_KINDS: dict[str, type[Node]] = {cls.kind: cls for cls in (SelectNode, OpNode, ConcatNode, DropNode)}
+class PickNode(Node):
+    """Some of its parent's output columns, by name (``node["a"]``, ``node[["a", "b"]]``)."""
+
+    kind = "pick"
+    parent_count = (1, 1)
+    record_fields = {"picked": list}
+
+    def __init__(self, parent: Node, picked: Sequence[str]) -> None:
+        super().__init__([parent])
+        bad = [n for n in picked if not isinstance(n, str)]
+        if bad or not picked:
+            raise TypeError(f"node[...] takes a column name or a list of names, got {list(picked)!r}")
+        self.picked = list(picked)
+
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        (parent,) = parents
+        missing = [n for n in self.picked if n not in parent.schema]
+        if missing:
+            raise KeyError(f"column(s) {missing} picked from {self.parents[0].describe()}, which gives "
+                           f"{parent.schema.column_names}")
+        schema = parent.schema.select_by_name(self.picked)
+        return Resolved(NodeColumns(schema.column_names), schema, {c: parent.origins[c] for c in schema.column_names})
+
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        return parents[0][columns.output]
+
+    def describe(self) -> str:
+        return f"({self.parents[0].describe()})[{self.picked}]"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"picked": self.picked}
+
+    @classmethod
+    def check_record(cls, record: dict[str, Any], where: str) -> None:
+        super().check_record(record, where)
+        check_names(record["picked"], f"{where}, 'picked'")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "PickNode":
+        return cls(parents[0], record["picked"])
+
+
+NODE_KINDS: dict[str, type[Node]] = {cls.kind: cls for cls in (SelectNode, OpNode, ConcatNode, DropNode, PickNode)}
 
 
 def _node_of_kind(kind: str, parents: Sequence[Node] = (), op: Any = None, selector: ColumnSelector | None = None,

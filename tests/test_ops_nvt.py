@@ -128,3 +128,64 @@ def test_inverse_transform_after_save_load_and_of_changed_columns(tmp_path):
     assert back["c"].tolist() == ["p", "q", "p"]
     assert back["d"].tolist() == out["d"].tolist()  # a later operator changed them: not ids of a vocabulary
     assert loaded.output_node.parents[0].op.vocabulary_table("c")["value"].tolist() == ["p", "q"]
+
+
+# --- part 3: graph API ---------------------------------------------------------------------
+def negate(col):
+    return -col
+
+
+def keep_even_rows(df):
+    return df[df["x"] % 2 == 0]
+
+
+def shuffled_copy(df):
+    return df.iloc[::-1].assign(extra=1)
+
+
+def not_rows(df):
+    return df.reset_index(drop=True).iloc[:1].set_axis([99])
+
+
+def test_pick_columns_and_function_on_the_right_of_shift(tmp_path):
+    df = pd.DataFrame({"x": [1.0, -2.0, 3.0], "y": [4.0, 5.0, None], "z": [7, 8, 9]})
+    filled = ["x", "y"] >> ops.FillMissing(0)
+    graph = (filled["y"] >> negate) + filled[["x"]] + ["z"]
+    wf = tl.Workflow(graph, progress=False)
+    out = wf.fit_transform(df)
+    assert out.columns.tolist() == ["y", "x", "z"]
+    assert out["y"].tolist() == [-4.0, -5.0, -0.0] and out["x"].tolist() == [1.0, -2.0, 3.0]
+    wf.save(str(tmp_path / "wf"))
+    loaded = tl.Workflow.load(str(tmp_path / "wf"), trusted=[negate])
+    pd.testing.assert_frame_equal(loaded.transform(df), out)
+    with pytest.raises(KeyError, match=r'w.*picked from \["x", "y"\] >> FillMissing, which gives'):
+        tl.Workflow(filled["w"], progress=False).fit(df)
+    with pytest.raises(TypeError, match="node\\[...\\] takes a column name or a list of names"):
+        filled[[1]]
+
+
+def test_lambdaop_properties_reach_the_schema_and_survive_save(tmp_path):
+    df = pd.DataFrame({"x": [1, 2]})
+    wf = tl.Workflow(["x"] >> ops.LambdaOp(negate, properties={"domain": {"min": -9, "max": 0}}), progress=False)
+    wf.fit(df)
+    assert wf.output_schema["x"].properties["domain"] == {"min": -9, "max": 0}
+    wf.save(str(tmp_path / "wf"))
+    assert tl.Workflow.load(str(tmp_path / "wf"), trusted=[negate]).output_schema["x"].properties["domain"] == \
+        {"min": -9, "max": 0}
+    with pytest.raises(TypeError, match="properties must be a dict"):
+        ops.LambdaOp(negate, properties=["domain"])
+
+
+def test_filter_with_a_function_returning_a_dataframe(tmp_path):
+    path = write_parquet(tmp_path, pa.table({"x": pa.array([4, 1, 2, 7, 6], pa.int64()),
+                                             "y": pa.array(["a", "b", "c", "d", "e"])}))
+    wf = tl.Workflow(["x", "y"] >> ops.Filter(keep_even_rows), progress=False)
+    out = wf.fit_transform(tl.Dataset(path)).compute()
+    raw = pd.read_parquet(path)
+    expected = raw[[v % 2 == 0 for v in raw["x"]]]
+    assert out["x"].tolist() == expected["x"].tolist() and out["y"].tolist() == expected["y"].tolist()
+    # rows come back in input order, with the input's values, whatever order f returns them in
+    frame = pd.DataFrame({"x": [1, 2, 3]})
+    assert ops.Filter(shuffled_copy).transform(["x"], frame)["x"].tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match="index is not a subset of the input rows' labels"):
+        ops.Filter(not_rows).transform(["x"], frame)
