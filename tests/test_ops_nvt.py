@@ -189,3 +189,48 @@ def test_filter_with_a_function_returning_a_dataframe(tmp_path):
     assert ops.Filter(shuffled_copy).transform(["x"], frame)["x"].tolist() == [1, 2, 3]
     with pytest.raises(ValueError, match="index is not a subset of the input rows' labels"):
         ops.Filter(not_rows).transform(["x"], frame)
+
+
+# --- part 3: numeric operators on list columns ----------------------------------------------
+def list_table() -> pa.Table:
+    return pa.table({"l": pa.array([[1.0, 3.0], None, [], [None, 7.0], [2.0]], pa.list_(pa.float64())),
+                     "x": pa.array([1.0, 2.0, 3.0, 4.0, 5.0])})
+
+
+def elementwise_reference(rows, f):
+    return [None if r is None else [float("nan") if e is None else f(e) for e in r] for r in rows]
+
+
+def assert_lists_close(actual, expected):
+    assert len(actual) == len(expected)
+    for a, e in zip(plain(actual), expected):
+        if e is None:
+            assert a is None
+        else:
+            np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(e, dtype=float), rtol=1e-6)
+
+
+@pytest.mark.parametrize("part_size", ["128MB", 100])
+def test_log_normalize_minmax_on_list_columns(tmp_path, part_size):
+    path = write_parquet(tmp_path, list_table())
+    rows = pq.read_table(path)["l"].to_pylist()
+    elements = np.array([e for r in rows if r for e in r if e is not None])
+    mean, std = np.log1p(elements).mean(), np.log1p(elements).std()
+    lo, hi = elements.min(), elements.max()
+    graph = ((["l"] >> ops.LogOp >> ops.Normalize(out_dtype="float64"))
+             + (["l"] >> ops.NormalizeMinMax(out_dtype="float64") >> ops.Rename(postfix="_mm")) + ["x"])
+    wf = tl.Workflow(graph, progress=False)
+    ds = tl.Dataset(path, part_size=part_size)
+    out = wf.fit_transform(ds).compute()
+    assert_lists_close(out["l"], elementwise_reference(rows, lambda e: (np.log1p(e) - mean) / std))
+    assert_lists_close(out["l_mm"], elementwise_reference(rows, lambda e: (e - lo) / (hi - lo)))
+    assert wf.output_schema["l"].is_list and out["x"].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    wf.save(str(tmp_path / "wf"))
+    again = tl.Workflow.load(str(tmp_path / "wf")).transform(pd.read_parquet(path))
+    assert_lists_close(again["l"], elementwise_reference(rows, lambda e: (np.log1p(e) - mean) / std))
+
+
+def test_list_of_strings_is_refused_by_numeric_operators():
+    frame = pd.DataFrame({"l": [["a"], ["b", "c"]]})
+    with pytest.raises(TypeError, match="LogOp needs numeric columns, but column 'l' has dtype"):
+        ops.LogOp().transform(["l"], frame)

@@ -88,6 +88,7 @@ CASES = {
     "TargetEncoding": (lambda: ["g"] >> ops.TargetEncoding("t", kfold=1), False),
     "ValueCount": (lambda: (["l"] >> ops.ValueCount()) + ["g"], False),
     "ListSlice": (lambda: ["l"] >> ops.ListSlice(0, 2) >> ops.Categorify(), False),
+    "LogOp-list": (lambda: ["l"] >> ops.LogOp >> ops.Normalize() >> ops.NormalizeMinMax(), False),  # lists: no fast path
 }
 
 

@@ -189,11 +189,14 @@ class CachedLookups:
         return state
 
 
-def check_numeric(op: Operator, frame: Any, columns: Sequence[str]) -> None:
-    """Raise a TypeError naming the operator, column and dtype for non-numeric columns."""
+def check_numeric(op: Operator, frame: Any, columns: Sequence[str], allow_lists: bool = False) -> None:
+    """Raise a TypeError naming the operator, column and dtype for non-numeric columns; with
+    ``allow_lists`` (element-wise operators) a list column is checked by its elements."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
+    from tabloader.ops.elementwise import list_elements
+
     for col in columns:
-        dtype = frame[col].dtype
+        dtype = (list_elements(op, col, frame[col]) if allow_lists else frame[col]).dtype
         if not is_numeric_dtype(dtype) or is_bool_dtype(dtype):
             raise TypeError(f"{op.label} needs numeric columns, but column {col!r} has dtype {dtype}")
