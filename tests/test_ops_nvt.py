@@ -234,3 +234,23 @@ def test_list_of_strings_is_refused_by_numeric_operators():
     frame = pd.DataFrame({"l": [["a"], ["b", "c"]]})
     with pytest.raises(TypeError, match="LogOp needs numeric columns, but column 'l' has dtype"):
         ops.LogOp().transform(["l"], frame)
+
+
+# --- part 3: embedding sizes ------------------------------------------------------------------
+def test_get_embedding_sizes_of_a_workflow(tmp_path):
+    path = write_parquet(tmp_path, categorical_table())
+    raw = pq.read_table(path).to_pydict()
+    wf = tl.Workflow((["s", "l"] >> ops.Categorify()) + (["i"] >> ops.HashBucket(50)) + ["y"], progress=False)
+    wf.fit(tl.Dataset(path))
+    distinct_s = len({v for v in raw["s"] if v is not None})
+    distinct_l = len({e for r in raw["l"] if r for e in r if e is not None})
+
+    def by_hand(card):
+        return card, min(512, max(1, round(1.6 * card ** 0.56)))
+
+    expected = {"s": by_hand(3 + distinct_s), "l": by_hand(3 + distinct_l), "i": by_hand(50)}
+    assert ops.get_embedding_sizes(wf) == expected
+    assert ops.get_embedding_sizes(wf, multi_hot=True) == {"l": expected["l"]}
+    assert ops.get_embedding_sizes(wf.output_schema, multi_hot=False) == {"s": expected["s"], "i": expected["i"]}
+    with pytest.raises(TypeError, match="takes a fitted Workflow or a Schema, got dict"):
+        ops.get_embedding_sizes({})

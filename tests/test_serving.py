@@ -93,7 +93,8 @@ CASES = {
 
 
 def test_every_builtin_operator_has_a_case():
-    exported = {getattr(ops, name) for name in ops.__all__} - {ops.Operator, ops.StatOperator, ops.NotFittedError}
+    exported = {getattr(ops, name) for name in ops.__all__ if isinstance(getattr(ops, name), type)} \
+        - {ops.Operator, ops.StatOperator, ops.NotFittedError}  # functions (get_embedding_sizes) are no operators
     covered = {getattr(ops, name.split("-")[0]) for name in CASES}
     assert exported == covered, f"add a serving case for {sorted(c.__name__ for c in exported - covered)}"
     from tabloader.serving import FAST_OPERATORS

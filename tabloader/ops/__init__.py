@@ -9,6 +9,7 @@ from tabloader.ops.base import NotFittedError, Operator, StatOperator
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.columns import AddProperties, AddTags, ReduceDtypeSize, Rename
 from tabloader.ops.difference_lag import DifferenceLag
+from tabloader.ops.embedding_sizes import get_embedding_sizes
 from tabloader.ops.fill import FillMedian, FillMissing
 from tabloader.ops.groupby import JoinGroupby
 from tabloader.ops.hashing import HashBucket, HashedCross
@@ -25,4 +26,5 @@ __all__ = [
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
     "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
+    "get_embedding_sizes",
 ]
