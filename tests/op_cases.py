@@ -156,6 +156,14 @@ def _cases() -> list[OpCase]:
         OpCase("DifferenceLag", "misc", lambda: ["ts", "a"] >> ops.DifferenceLag("user", shift=[1, 2, -1])),
         OpCase("ValueCount", "misc", lambda: ["genres"] >> ops.ValueCount()),
     ]
+    cases += [  # NVTabular operators and parameters (issue 17)
+        OpCase("Groupby", "misc", lambda: ["user", "ts", "a", "s", "small"] >> ops.Groupby(
+            "user", sort_cols="ts", aggs={"a": ["list", "first", "last", "mean", "count"], "s": "list",
+                                          "small": ["sum", "min", "max", "std"]})),
+        OpCase("LogOp-Normalize-list", "misc", lambda: ["genres"] >> ops.LogOp >> ops.Normalize()),
+        OpCase("NormalizeMinMax-list", "misc", lambda: ["genres"] >> ops.NormalizeMinMax()),
+        OpCase("pick-and-function", "misc", lambda: (["a", "b"] >> ops.FillMissing(0))["a"] >> times_ten),
+    ]
     cases += [OpCase(f"ListSlice-{start}-{end}-{pad}", "misc",
                      lambda s=start, e=end, p=pad: ["genres"] >> ops.ListSlice(s, e, pad=p, pad_value=-7))
               for start, end, pad in LIST_SLICES]

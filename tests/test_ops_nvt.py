@@ -254,3 +254,62 @@ def test_get_embedding_sizes_of_a_workflow(tmp_path):
     assert ops.get_embedding_sizes(wf.output_schema, multi_hot=False) == {"s": expected["s"], "i": expected["i"]}
     with pytest.raises(TypeError, match="takes a fitted Workflow or a Schema, got dict"):
         ops.get_embedding_sizes({})
+
+
+# --- part 3: Groupby --------------------------------------------------------------------------
+def sessions_table() -> pa.Table:
+    return pa.table({
+        "session": pa.array([3, 1, 3, 2, 1, 3, None, 2, 1], pa.int64()),
+        "t": pa.array([5, 2, 1, 9, 7, 3, 0, 4, 2], pa.int64()),
+        "item": pa.array(["c", "a", "d", None, "b", "e", "z", "f", "g"]),
+        "price": pa.array([1.0, 2.0, None, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]),
+    })
+
+
+def sessions_by_hand(table: pa.Table) -> dict:
+    """Per session (sorted), the rows sorted by t (ties in input order): lists and reductions by hand."""
+    rows = sorted((r for r in table.to_pylist() if r["session"] is not None), key=lambda r: r["t"])
+    out = {}
+    for r in rows:
+        out.setdefault(r["session"], []).append(r)
+    result = {"session": [], "item_list": [], "item_first": [], "item_last": [], "price_sum": [],
+              "price_mean": [], "price_count": [], "t_max": []}
+    for key in sorted(out):
+        group = out[key]
+        prices = [r["price"] for r in group if r["price"] is not None]
+        result["session"].append(key)
+        result["item_list"].append([r["item"] for r in group])
+        result["item_first"].append(group[0]["item"])
+        result["item_last"].append(group[-1]["item"])
+        result["price_sum"].append(sum(prices))
+        result["price_mean"].append(sum(prices) / len(prices))
+        result["price_count"].append(len(prices))
+        result["t_max"].append(max(r["t"] for r in group))
+    return result
+
+
+def test_groupby_sessions_match_a_computation_by_hand(tmp_path):
+    path = write_parquet(tmp_path, sessions_table())
+    op = ops.Groupby("session", sort_cols=["t"], aggs={"item": ["list", "first", "last"],
+                                                       "price": ["sum", "mean", "count"], "t": "max"})
+    wf = tl.Workflow(["session", "t", "item", "price"] >> op, progress=False)
+    out = wf.fit_transform(tl.Dataset(path)).compute()
+    expected = sessions_by_hand(pq.read_table(path))
+    assert out.columns.tolist() == list(expected)
+    for col, values in expected.items():
+        assert plain(out[col]) == values, col
+    assert wf.output_schema["item_list"].is_list and not wf.output_schema["item_first"].is_list
+    wf.save(str(tmp_path / "wf"))
+    again = tl.Workflow.load(str(tmp_path / "wf")).transform(pd.read_parquet(path))
+    assert plain(again["item_list"]) == expected["item_list"]
+
+
+def test_groupby_default_lists_every_column_and_checks_arguments():
+    frame = pd.DataFrame({"k": ["b", "a", "b"], "v": [1, 2, 3], "w": [0.5, 1.5, 2.5]})
+    out = ops.Groupby("k").transform(["k", "v", "w"], frame)
+    assert out.columns.tolist() == ["k", "v_list", "w_list"] and plain(out["v_list"]) == [[2], [1, 3]]
+    assert plain(out["w_list"]) == [[1.5], [0.5, 2.5]] and out["k"].tolist() == ["a", "b"]
+    with pytest.raises(ValueError, match=r"unknown aggregation\(s\) \['median'\] for 'v'"):
+        ops.Groupby("k", aggs={"v": "median"})
+    with pytest.raises(KeyError, match="not selected"):
+        tl.Workflow(["v"] >> ops.Groupby("k"), progress=False).fit(frame)

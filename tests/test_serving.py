@@ -88,6 +88,8 @@ CASES = {
     "TargetEncoding": (lambda: ["g"] >> ops.TargetEncoding("t", kfold=1), False),
     "ValueCount": (lambda: (["l"] >> ops.ValueCount()) + ["g"], False),
     "ListSlice": (lambda: ["l"] >> ops.ListSlice(0, 2) >> ops.Categorify(), False),
+    "Groupby": (lambda: ["g", "f", "t"] >> ops.Groupby("g", sort_cols="t", aggs={"f": ["mean", "first"], "t": "count"}),
+                False),
     "LogOp-list": (lambda: ["l"] >> ops.LogOp >> ops.Normalize() >> ops.NormalizeMinMax(), False),  # lists: no fast path
 }
 

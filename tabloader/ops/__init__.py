@@ -18,6 +18,7 @@ from tabloader.ops.lists import ListSlice, ValueCount
 from tabloader.ops.normalize import Normalize, NormalizeMinMax
 from tabloader.ops.numeric import Bucketize, Clip, LogOp
 from tabloader.ops.rows import Dropna, Filter
+from tabloader.ops.sessions import Groupby
 from tabloader.ops.target_encoding import TargetEncoding
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
     "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
+    "Groupby",
     "get_embedding_sizes",
 ]
