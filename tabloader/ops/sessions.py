@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-import pandas as pd
-
+from tabloader import backend
 from tabloader.ops.base import Columns, Operator, flatten_columns
 from tabloader.schema import ColumnSchema, Schema, Tags
 
@@ -20,6 +18,7 @@ from tabloader.schema import ColumnSchema, Schema, Tags
 LIST_AGGS = ("list", "first", "last")
 #: Aggregations pandas (and cuDF) compute per group; nulls are left out, as in pandas.
 REDUCE_AGGS = ("count", "sum", "mean", "min", "max", "std", "var")
+_ROW = "__tabloader_row__"  # a temporary column: the input row number
 
 
 class Groupby(Operator):
@@ -52,9 +51,8 @@ class Groupby(Operator):
     """
 
     preserves_rows = False
-    runs_on = frozenset({"cpu"})
-    device_note = ("Runs on the host: list aggregations are built with pyarrow from the sorted rows "
-                   "(GPU partitions are copied to the host and back).")
+    device_note = ("Sorts, groups and reduces with cuDF; list aggregations are built on the device from the "
+                   "grouped rows' offsets (backend.build_list).")
 
     def __init__(self, groupby_cols: str | Sequence[str], sort_cols: str | Sequence[str] | None = None,
                  aggs: str | Sequence[str] | Mapping[str, str | Sequence[str]] = "list", name_sep: str = "_") -> None:
@@ -97,26 +95,30 @@ class Groupby(Operator):
 
     def transform(self, columns: Columns, frame: Any) -> Any:
         plan = self._plan(columns)
-        if self.sort_cols:
-            frame = frame.sort_values(self.sort_cols, kind="stable")
         frame = frame.reset_index(drop=True)
+        xp = backend.array_lib(backend.column_values(frame.index.to_series()))
+        if self.sort_cols:  # the row number breaks ties: a stable sort on pandas and cuDF alike
+            frame = frame.assign(**{_ROW: xp.arange(len(frame))}).sort_values(self.sort_cols + [_ROW])
+            frame = frame.drop(columns=[_ROW]).reset_index(drop=True)
         reduced = frame.groupby(self.groupby_cols, sort=True, dropna=True)
-        group = reduced.ngroup().fillna(-1).to_numpy(dtype=np.int64)  # -1: a null key, dropped
-        kept = np.flatnonzero(group >= 0)
-        order = kept[np.argsort(group[kept], kind="stable")]  # rows of group 0, then 1, ...; input order within
-        sizes = np.bincount(group[kept], minlength=reduced.ngroups)
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        group = backend.column_values(reduced.ngroup().fillna(-1).astype("int64"))  # -1: a null key, dropped
+        kept = xp.flatnonzero(group >= 0)
+        order = kept[xp.argsort(group[kept], kind="stable")]  # rows of group 0, then 1, ...; sorted order within
+        sizes = xp.bincount(group[kept], minlength=int(group.max()) + 1 if len(kept) else 0)
+        offsets = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(sizes)])
         firsts, lasts = order[offsets[:-1]], order[offsets[1:] - 1]
         out = {k: frame[k].iloc[firsts].reset_index(drop=True) for k in self.groupby_cols}
+        index = out[self.groupby_cols[0]].index
         for col, agg in plan:
             name = f"{col}{self.name_sep}{agg}"
             if agg == "list":
-                out[name] = _lists(frame[col].iloc[order], offsets, name)
+                out[name] = backend.build_list(offsets, _elements(frame[col].iloc[order]), None, index, name,
+                                               like=frame[col])
             elif agg in ("first", "last"):
                 out[name] = frame[col].iloc[firsts if agg == "first" else lasts].reset_index(drop=True)
             else:
                 out[name] = reduced[col].agg(agg).reset_index(drop=True)
-        return pd.DataFrame(out)
+        return backend.frame_from_columns(out, index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         out = [input_schema[k] if k in input_schema else ColumnSchema(k) for k in self.groupby_cols]
@@ -130,13 +132,13 @@ class Groupby(Operator):
         return Schema(out)
 
 
-def _lists(values: pd.Series, offsets: np.ndarray, name: str) -> pd.Series:
-    """A list column of ``values`` (already in group order) cut at ``offsets``."""
+def _elements(values: Any) -> Any:
+    """A column's values as :func:`tabloader.backend.build_list` takes elements: a cuDF Series as
+    it is, a pandas one as a pyarrow array (nulls kept)."""
+    if backend.is_gpu_object(values):
+        return values.reset_index(drop=True)
     import pyarrow as pa
 
     elements = pa.array(values.reset_index(drop=True), from_pandas=True)
-    if isinstance(elements, pa.ChunkedArray):  # pyarrow-backed columns
-        elements = elements.combine_chunks()
-    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int64() if len(elements) >= 2**31 else pa.int32()), elements)
-    return pd.Series(lists, dtype=pd.ArrowDtype(lists.type), name=name)
+    return elements.combine_chunks() if isinstance(elements, pa.ChunkedArray) else elements
 
