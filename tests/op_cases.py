@@ -92,6 +92,12 @@ def keep_positive_a(df):
     return df["a"] > 0
 
 
+def user_features() -> pd.DataFrame:
+    """Side features of every other user of :func:`misc_frame` (a join leaves the others null or out)."""
+    users = np.arange(0, 40, 2)
+    return pd.DataFrame({"user": users, "age": users * 3 + 18, "tier": [f"t{u % 3}" for u in users]})
+
+
 # --- parameter tables (the CPU tests are parametrized with these) -----------------------------
 CATEGORIFY_KWARGS = [{}, {"freq_threshold": 5}, {"max_size": 4}, {"num_buckets": 7, "freq_threshold": 3}]
 JOIN_GROUPBY_STATS = [["sum", "mean", "max"], ["std"], ["min", "count", "var"]]
@@ -162,6 +168,9 @@ def _cases() -> list[OpCase]:
                                           "small": ["sum", "min", "max", "std"]})),
         OpCase("LogOp-Normalize-list", "misc", lambda: ["genres"] >> ops.LogOp >> ops.Normalize()),
         OpCase("NormalizeMinMax-list", "misc", lambda: ["genres"] >> ops.NormalizeMinMax()),
+        OpCase("JoinExternal", "misc", lambda: ["user", "a"] >> ops.JoinExternal(user_features(), on="user")),
+        OpCase("JoinExternal-inner", "misc",
+               lambda: ["user", "s"] >> ops.JoinExternal(user_features(), on="user", how="inner", columns_ext=["tier"])),
         OpCase("pick-and-function", "misc", lambda: (["a", "b"] >> ops.FillMissing(0))["a"] >> times_ten),
     ]
     cases += [OpCase(f"ListSlice-{start}-{end}-{pad}", "misc",

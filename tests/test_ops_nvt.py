@@ -313,3 +313,65 @@ def test_groupby_default_lists_every_column_and_checks_arguments():
         ops.Groupby("k", aggs={"v": "median"})
     with pytest.raises(KeyError, match="not selected"):
         tl.Workflow(["v"] >> ops.Groupby("k"), progress=False).fit(frame)
+
+
+# --- part 3: JoinExternal -----------------------------------------------------------------------
+def side_table() -> pa.Table:
+    return pa.table({"item": pa.array([1, 2, 3, 9], pa.int64()), "price": pa.array([9.5, 3.0, None, 1.0]),
+                     "brand": pa.array(["x", "y", "z", None]), "stock": pa.array([5, 0, 7, 2], pa.int64())})
+
+
+def joined_by_hand(rows, side_rows, how):
+    by_key = {r["item"]: r for r in side_rows}
+    out = []
+    for r in rows:
+        match = by_key.get(r["item"])
+        if match is None and how == "inner":
+            continue
+        out.append({**r, **{c: (match or {}).get(c) for c in ["price", "brand", "stock"]}})
+    return out
+
+
+@pytest.mark.parametrize("how", ["left", "inner"])
+def test_join_external_from_parquet_saves_the_side_table_inside_the_workflow(tmp_path, how):
+    data = pa.table({"item": pa.array([3, 1, 4, None, 1], pa.int64()), "qty": pa.array([1, 2, 3, 4, 5], pa.int64())})
+    data_path = write_parquet(tmp_path, data)
+    side_path = write_parquet(tmp_path, side_table(), "side.parquet")
+    wf = tl.Workflow(["item", "qty"] >> ops.JoinExternal(side_path, on="item", how=how), progress=False)
+    out = wf.fit_transform(tl.Dataset(data_path)).compute()
+    expected = joined_by_hand(data.to_pylist(), side_table().to_pylist(), how)
+    assert out.columns.tolist() == ["item", "qty", "price", "brand", "stock"]
+    assert {c: plain(out[c]) for c in out.columns} == {c: [r[c] for r in expected] for c in out.columns}
+    assert str(out["stock"].dtype) == "Int64"  # a missing match is a null, not a float
+    wf.save(str(tmp_path / "wf"))
+    os.remove(side_path)  # the saved workflow does not need it: the table is state inside its directory
+    saved = (tmp_path / "wf" / "workflow.json").read_text()
+    assert "side.parquet" not in saved
+    again = tl.Workflow.load(str(tmp_path / "wf")).transform(pd.read_parquet(data_path))
+    assert {c: plain(again[c]) for c in again.columns} == {c: [r[c] for r in expected] for c in out.columns}
+
+
+def test_join_external_refuses_a_saved_path_and_bad_tables(tmp_path):
+    import json
+
+    side = side_table().to_pandas()
+    frame = pd.DataFrame({"item": [1, 2]})
+    tl.Workflow(["item"] >> ops.JoinExternal(side, on="item", columns_ext=["price"]), progress=False) \
+        .fit(frame).save(str(tmp_path / "wf"))
+    doc = json.loads((tmp_path / "wf" / "workflow.json").read_text())
+    outside = write_parquet(tmp_path, side_table(), "outside.parquet")
+    for node in doc["nodes"]:
+        if node["kind"] == "op":
+            node["op"]["config"]["df_ext"] = outside
+    (tmp_path / "wf" / "workflow.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="a config naming one .*outside.parquet.* is refused"):
+        tl.Workflow.load(str(tmp_path / "wf"))
+    with pytest.raises(ValueError, match=r"key \[2\] of \['item'\] appears more than once"):
+        ops.JoinExternal(pd.DataFrame({"item": [2, 2], "v": [1, 2]}), on="item")
+    deduped = ops.JoinExternal(pd.DataFrame({"item": [2, 2], "v": [1, 2]}), on="item", drop_duplicates_ext=True)
+    assert plain(deduped.transform(["item"], frame)["v"]) == [None, 1]
+    with pytest.raises(KeyError, match=r"lacks column\(s\) \['sku'\]"):
+        ops.JoinExternal(side, on="item", on_ext="sku")
+    with pytest.raises(ValueError, match="side column\\(s\\) \\['price'\\] have the names of selected columns"):
+        tl.Workflow(["item", "price"] >> ops.JoinExternal(side, on="item"), progress=False).fit(
+            pd.DataFrame({"item": [1], "price": [2.0]}))

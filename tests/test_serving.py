@@ -90,6 +90,8 @@ CASES = {
     "ListSlice": (lambda: ["l"] >> ops.ListSlice(0, 2) >> ops.Categorify(), False),
     "Groupby": (lambda: ["g", "f", "t"] >> ops.Groupby("g", sort_cols="t", aggs={"f": ["mean", "first"], "t": "count"}),
                 False),
+    "JoinExternal": (lambda: ["g", "f"] >> ops.JoinExternal(pd.DataFrame({"g": [0, 1, 2, 3], "w": [0.5, 1.5, 2.5, 3.5]}),
+                                                          on="g"), False),
     "LogOp-list": (lambda: ["l"] >> ops.LogOp >> ops.Normalize() >> ops.NormalizeMinMax(), False),  # lists: no fast path
 }
 

@@ -13,6 +13,7 @@ from tabloader.ops.embedding_sizes import get_embedding_sizes
 from tabloader.ops.fill import FillMedian, FillMissing
 from tabloader.ops.groupby import JoinGroupby
 from tabloader.ops.hashing import HashBucket, HashedCross
+from tabloader.ops.join_external import JoinExternal
 from tabloader.ops.lambdaop import LambdaOp
 from tabloader.ops.lists import ListSlice, ValueCount
 from tabloader.ops.normalize import Normalize, NormalizeMinMax
@@ -27,6 +28,6 @@ __all__ = [
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
     "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
-    "Groupby",
+    "Groupby", "JoinExternal",
     "get_embedding_sizes",
 ]

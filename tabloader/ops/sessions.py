@@ -96,7 +96,7 @@ class Groupby(Operator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         plan = self._plan(columns)
         frame = frame.reset_index(drop=True)
-        xp = backend.array_lib(backend.column_values(frame.index.to_series()))
+        xp = backend.array_lib(backend.frame_device(frame))
         if self.sort_cols:  # the row number breaks ties: a stable sort on pandas and cuDF alike
             frame = frame.assign(**{_ROW: xp.arange(len(frame))}).sort_values(self.sort_cols + [_ROW])
             frame = frame.drop(columns=[_ROW]).reset_index(drop=True)
