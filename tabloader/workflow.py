@@ -93,7 +93,8 @@ class Workflow:
             node.op.clear()
         for phase, nodes in enumerate(self._fit_phases()):
             self._fit_phase(plan, dataset, nodes, f"fit phase {phase + 1}" if phase else "fit", progress)
-        self.plan_ = plan
+        # Resolved again: an operator may choose its columns from fitted statistics (DropLowCardinality).
+        self.plan_ = plan = Plan.resolve(self.output_node, dataset.schema)
         self.input_schema_ = dataset.schema.select_by_name(plan.input_columns)
         # The operators declare the output schema again now: its properties (cardinality...) come from fitted state.
         self.output_schema_ = self._with_actual_dtypes(self.output_node.resolve(dataset.schema), dataset)

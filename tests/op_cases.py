@@ -171,6 +171,9 @@ def _cases() -> list[OpCase]:
         OpCase("JoinExternal", "misc", lambda: ["user", "a"] >> ops.JoinExternal(user_features(), on="user")),
         OpCase("JoinExternal-inner", "misc",
                lambda: ["user", "s"] >> ops.JoinExternal(user_features(), on="user", how="inner", columns_ext=["tier"])),
+        OpCase("DropLowCardinality", "misc",
+               lambda: ((["s", "user", "u8"] >> ops.Categorify(freq_threshold={"u8": 50})) + ["a"])
+               >> ops.DropLowCardinality(min_cardinality=3)),
         OpCase("pick-and-function", "misc", lambda: (["a", "b"] >> ops.FillMissing(0))["a"] >> times_ten),
     ]
     cases += [OpCase(f"ListSlice-{start}-{end}-{pad}", "misc",

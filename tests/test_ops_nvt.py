@@ -375,3 +375,23 @@ def test_join_external_refuses_a_saved_path_and_bad_tables(tmp_path):
     with pytest.raises(ValueError, match="side column\\(s\\) \\['price'\\] have the names of selected columns"):
         tl.Workflow(["item", "price"] >> ops.JoinExternal(side, on="item"), progress=False).fit(
             pd.DataFrame({"item": [1], "price": [2.0]}))
+
+
+# --- part 3: DropLowCardinality ----------------------------------------------------------------
+def test_drop_low_cardinality_keeps_columns_with_enough_distinct_values(tmp_path):
+    table = pa.table({"const": pa.array(["k"] * 6), "pair": pa.array(["a", "b", "a", "b", None, "a"]),
+                      "many": pa.array([1, 2, 3, 4, 5, 6], pa.int64()), "x": pa.array([0.5] * 6)})
+    path = write_parquet(tmp_path, table)
+    raw = pq.read_table(path).to_pydict()
+    distinct = {c: len({v for v in raw[c] if v is not None}) for c in ["const", "pair", "many"]}
+    cats = ["const", "pair", "many"] >> ops.Categorify(freq_threshold={"many": 2})
+    wf = tl.Workflow((cats + ["x"]) >> ops.DropLowCardinality(min_cardinality=2), progress=False)
+    out = wf.fit_transform(tl.Dataset(path)).compute()
+    # "many" has 6 distinct values but none seen twice: freq_threshold leaves it no vocabulary
+    kept = [c for c in ["const", "pair", "many", "x"] if c == "x" or (c != "many" and distinct[c] >= 2)]
+    assert out.columns.tolist() == kept == wf.output_schema.column_names
+    wf.save(str(tmp_path / "wf"))
+    assert tl.Workflow.load(str(tmp_path / "wf")).transform(pd.read_parquet(path)).columns.tolist() == kept
+    wide = tl.Workflow(["const", "pair"] >> ops.Categorify() >> ops.DropLowCardinality(min_cardinality=1),
+                       progress=False)
+    assert wide.fit_transform(pd.read_parquet(path)).columns.tolist() == ["const", "pair"]

@@ -92,6 +92,8 @@ CASES = {
                 False),
     "JoinExternal": (lambda: ["g", "f"] >> ops.JoinExternal(pd.DataFrame({"g": [0, 1, 2, 3], "w": [0.5, 1.5, 2.5, 3.5]}),
                                                           on="g"), False),
+    "DropLowCardinality": (lambda: ((["s", "g"] >> ops.Categorify(freq_threshold={"g": 1000})) + ["f"])
+                           >> ops.DropLowCardinality(), False),
     "LogOp-list": (lambda: ["l"] >> ops.LogOp >> ops.Normalize() >> ops.NormalizeMinMax(), False),  # lists: no fast path
 }
 

@@ -9,6 +9,7 @@ from tabloader.ops.base import NotFittedError, Operator, StatOperator
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.columns import AddProperties, AddTags, ReduceDtypeSize, Rename
 from tabloader.ops.difference_lag import DifferenceLag
+from tabloader.ops.drop_low_cardinality import DropLowCardinality
 from tabloader.ops.embedding_sizes import get_embedding_sizes
 from tabloader.ops.fill import FillMedian, FillMissing
 from tabloader.ops.groupby import JoinGroupby
@@ -28,6 +29,6 @@ __all__ = [
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
     "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
-    "Groupby", "JoinExternal",
+    "Groupby", "JoinExternal", "DropLowCardinality",
     "get_embedding_sizes",
 ]
