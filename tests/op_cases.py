@@ -174,6 +174,7 @@ def _cases() -> list[OpCase]:
         OpCase("DropLowCardinality", "misc",
                lambda: ((["s", "user", "u8"] >> ops.Categorify(freq_threshold={"u8": 50})) + ["a"])
                >> ops.DropLowCardinality(min_cardinality=3)),
+        OpCase("DataStats", "misc", lambda: ["a", "small", "s", "genres", "nullable"] >> ops.DataStats()),
         OpCase("pick-and-function", "misc", lambda: (["a", "b"] >> ops.FillMissing(0))["a"] >> times_ten),
     ]
     cases += [OpCase(f"ListSlice-{start}-{end}-{pad}", "misc",

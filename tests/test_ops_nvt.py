@@ -395,3 +395,38 @@ def test_drop_low_cardinality_keeps_columns_with_enough_distinct_values(tmp_path
     wide = tl.Workflow(["const", "pair"] >> ops.Categorify() >> ops.DropLowCardinality(min_cardinality=1),
                        progress=False)
     assert wide.fit_transform(pd.read_parquet(path)).columns.tolist() == ["const", "pair"]
+
+
+# --- part 3: DataStats ------------------------------------------------------------------------
+def test_data_stats_over_partitions_match_pandas(tmp_path):
+    rng = np.random.default_rng(3)
+    for k in range(3):  # three files: three partitions, merged
+        n = 50
+        x = rng.normal(2.0, 3.0, n)
+        x[rng.random(n) < 0.2] = np.nan
+        write_parquet(tmp_path, pa.table({
+            "x": pa.array(x), "i": pa.array(rng.integers(0, 9 + k, n), pa.int64()),
+            "s": pa.array([None if v == 0 else f"s{v}" for v in rng.integers(0, 5, n)]),
+            "l": pa.array([list(rng.integers(0, 4, rng.integers(0, 3))) for _ in range(n)], pa.list_(pa.int64())),
+        }), f"part{k}.parquet")
+    op = ops.DataStats()
+    wf = tl.Workflow((["x", "i", "s", "l"] >> op), progress=False)
+    ds = tl.Dataset(str(tmp_path), part_size=1)  # a row group per partition
+    assert ds.npartitions == 3
+    out = wf.fit_transform(ds).compute()
+    raw = pd.concat([pq.read_table(tmp_path / f"part{k}.parquet").to_pandas() for k in range(3)], ignore_index=True)
+    np.testing.assert_array_equal(out["x"].to_numpy(), raw["x"].to_numpy())  # the data passes unchanged
+    x = raw["x"].dropna()
+    stats = op.stats_
+    assert stats["x"]["rows"] == 150 and stats["x"]["nulls"] == int(raw["x"].isna().sum())
+    assert stats["x"]["null_fraction"] == pytest.approx(raw["x"].isna().mean())
+    assert stats["x"]["mean"] == pytest.approx(x.mean()) and stats["x"]["std"] == pytest.approx(x.std(ddof=1))
+    assert (stats["x"]["min"], stats["x"]["max"]) == (x.min(), x.max()) and stats["x"]["cardinality"] is None
+    assert stats["i"]["cardinality"] == raw["i"].nunique() and stats["i"]["max"] == raw["i"].max()
+    assert stats["s"]["cardinality"] == raw["s"].nunique() and stats["s"]["mean"] is None
+    elements = [e for r in raw["l"] for e in r]
+    assert stats["l"]["rows"] == len(elements) and stats["l"]["cardinality"] == len(set(elements))
+    assert op.to_frame().loc["i", "cardinality"] == raw["i"].nunique()
+    wf.save(str(tmp_path / "wf"))
+    loaded = tl.Workflow.load(str(tmp_path / "wf"))
+    assert loaded.output_node.op.stats_ == stats

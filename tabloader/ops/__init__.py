@@ -8,6 +8,7 @@ Example:
 from tabloader.ops.base import NotFittedError, Operator, StatOperator
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.columns import AddProperties, AddTags, ReduceDtypeSize, Rename
+from tabloader.ops.data_stats import DataStats
 from tabloader.ops.difference_lag import DifferenceLag
 from tabloader.ops.drop_low_cardinality import DropLowCardinality
 from tabloader.ops.embedding_sizes import get_embedding_sizes
@@ -29,6 +30,6 @@ __all__ = [
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
     "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
-    "Groupby", "JoinExternal", "DropLowCardinality",
+    "Groupby", "JoinExternal", "DropLowCardinality", "DataStats",
     "get_embedding_sizes",
 ]
