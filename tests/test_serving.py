@@ -94,7 +94,7 @@ CASES = {
                                                           on="g"), False),
     "DropLowCardinality": (lambda: ((["s", "g"] >> ops.Categorify(freq_threshold={"g": 1000})) + ["f"])
                            >> ops.DropLowCardinality(), False),
-    "DataStats": (lambda: ["f", "s", "g"] >> ops.DataStats(), False),
+    "DataStats": (lambda: ["f", "i", "g"] >> ops.DataStats(), False),
     "LogOp-list": (lambda: ["l"] >> ops.LogOp >> ops.Normalize() >> ops.NormalizeMinMax(), False),  # lists: no fast path
 }
 
