@@ -39,7 +39,7 @@ class GraphOperator(Protocol):
 
     def transform(self, columns: Columns, frame: Any) -> Any: ...
 
-    def dependencies(self) -> list[str]: ...
+    def dependencies(self) -> list[Any]: ...  # column names, or nodes giving derived columns
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema: ...
 
@@ -289,40 +289,55 @@ class SelectNode(Node):
 
 
 class OpNode(Node):
-    """An operator applied to its parent's output (plus the input columns it depends on)."""
+    """An operator applied to its parent's output, plus the columns it depends on: columns of the
+    input data (named), or the outputs of graph nodes (derived columns, e.g. a ``TargetEncoding``
+    target computed by a ``LambdaOp``), which are the node's further parents."""
 
     kind = "op"
-    parent_count = (1, 1)
+    parent_count = (1, None)
     record_fields = {"op": dict}  # the operator's record belongs to the saved-workflow format
 
-    def __init__(self, parent: Node, op: GraphOperator) -> None:
-        super().__init__([parent])
+    def __init__(self, parent: Node, op: GraphOperator, dependency_nodes: Sequence[Node] | None = None) -> None:
+        if dependency_nodes is None:
+            dependency_nodes = [d for d in op.dependencies() if isinstance(d, Node)]
+        super().__init__([parent, *dependency_nodes])
         self.op = op
 
     def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
-        (parent,) = parents
+        parent, derived = parents[0], parents[1:]
+        for node, resolved in zip(self.parents[1:], derived):
+            if hasattr(self.op, "bind_dependency"):  # a node-valued parameter learns its columns
+                self.op.bind_dependency(node, resolved.columns.output)
         columns = self.parents[0].columns_for_operator(parent.columns)
-        extra = [d for d in self.op.dependencies() if d not in parent.columns.output]
+        given = set(parent.columns.output).union(*(d.columns.output for d in derived))
+        extra = [d for d in self.op.dependencies() if isinstance(d, str) and d not in given]
         dependency = ColumnSelector(extra).resolve(input_schema)
-        context = parent.schema + input_schema.select_by_name(dependency)
+        context = parent.schema + Schema([c for d in derived for c in d.schema]) \
+            + input_schema.select_by_name(dependency)
         schema = self.op.compute_output_schema(context, columns)
         return Resolved(NodeColumns(schema.column_names, input=columns, dependency=dependency), schema,
                         dict.fromkeys(schema.column_names, self))
 
     def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
-        out = self.op.transform(columns.input, self.operator_input(columns, frame, parents[0]))
+        out = self.op.transform(columns.input, self.operator_input(columns, frame, parents[0], parents[1:]))
         return out[columns.output]
 
-    def operator_input(self, columns: NodeColumns, frame: Any, parent_output: Any) -> Any:
-        """The frame the operator gets: its parent's output, plus the dependency columns of ``frame``,
-        on the device the operator runs on (a host-only operator gets GPU partitions on the host;
-        a run of them shares one copy, as each passes its host output on)."""
+    def operator_input(self, columns: NodeColumns, frame: Any, parent_output: Any,
+                       derived: Sequence[Any] = ()) -> Any:
+        """The frame the operator gets: its parent's output, plus the outputs of its dependency
+        nodes (``derived``) and the dependency columns of ``frame``, on the device the operator
+        runs on (a host-only operator gets GPU partitions on the host; a run of them shares one
+        copy, as each passes its host output on)."""
         device = backend.device_for(self.op, frame)
         parent_output = backend.to_frame_device(parent_output, device)
-        if not columns.dependency:
-            return parent_output
-        extra = backend.to_frame_device(frame[columns.dependency], device).loc[parent_output.index]
-        return backend.concat([parent_output, extra], axis=1)
+        parts, have = [parent_output], set(parent_output.columns)
+        for output in derived:
+            new = [c for c in output.columns if c not in have]
+            have.update(new)
+            parts.append(backend.to_frame_device(output[new], device).loc[parent_output.index])
+        if columns.dependency:
+            parts.append(backend.to_frame_device(frame[columns.dependency], device).loc[parent_output.index])
+        return parts[0] if len(parts) == 1 else backend.concat(parts, axis=1)
 
     def describe(self) -> str:
         return f"{self.parents[0].describe_source()} >> {self.op.label}"
@@ -332,7 +347,7 @@ class OpNode(Node):
 
     @classmethod
     def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "OpNode":
-        return cls(parents[0], op)
+        return cls(parents[0], op, dependency_nodes=parents[1:])
 
 
 class ConcatNode(Node):

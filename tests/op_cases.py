@@ -175,6 +175,9 @@ def _cases() -> list[OpCase]:
                lambda: ((["s", "user", "u8"] >> ops.Categorify(freq_threshold={"u8": 50})) + ["a"])
                >> ops.DropLowCardinality(min_cardinality=3)),
         OpCase("DataStats", "misc", lambda: ["a", "small", "s", "genres", "nullable"] >> ops.DataStats()),
+        OpCase("TargetEncoding-JoinGroupby-derived", "categorical",
+               lambda: (["s"] >> ops.TargetEncoding(["x"] >> ops.LambdaOp(times_ten), kfold=2))
+               + (["i"] >> ops.JoinGroupby(cont_cols=["label"] >> ops.LogOp, stats=["mean"]))),
         OpCase("pick-and-function", "misc", lambda: (["a", "b"] >> ops.FillMissing(0))["a"] >> times_ten),
     ]
     cases += [OpCase(f"ListSlice-{start}-{end}-{pad}", "misc",

@@ -430,3 +430,31 @@ def test_data_stats_over_partitions_match_pandas(tmp_path):
     wf.save(str(tmp_path / "wf"))
     loaded = tl.Workflow.load(str(tmp_path / "wf"))
     assert loaded.output_node.op.stats_ == stats
+
+
+# --- part 3: derived columns as dependencies ---------------------------------------------------
+def is_positive(col):
+    return (col > 0).astype("int64")
+
+
+def test_target_encoding_target_and_join_groupby_cont_cols_as_nodes(tmp_path):
+    table = pa.table({"c": pa.array(["a", "b", "a", "b", "a", "c"]), "clicks": pa.array([3, 0, 0, 5, 2, 0], pa.int64()),
+                      "x": pa.array([1.0, 3.0, 7.0, 0.0, 15.0, 2.0])})
+    path = write_parquet(tmp_path, table)
+    raw = pq.read_table(path).to_pandas()
+    target = ["clicks"] >> ops.LambdaOp(is_positive)
+    logs = ["x"] >> ops.LogOp
+    graph = (["c"] >> ops.TargetEncoding(target, kfold=1, p_smooth=0)) \
+        + (["c"] >> ops.JoinGroupby(cont_cols=logs, stats=["sum"]))
+    wf = tl.Workflow(graph, progress=False)
+    out = wf.fit_transform(tl.Dataset(path)).compute()
+    positive = (raw["clicks"] > 0).astype(float)
+    mean_by_c = positive.groupby(raw["c"]).mean()
+    log_sum_by_c = np.log1p(raw["x"]).groupby(raw["c"]).sum()
+    assert out.columns.tolist() == ["TE_c_clicks", "c_x_sum"]
+    np.testing.assert_allclose(out["TE_c_clicks"], raw["c"].map(mean_by_c), rtol=1e-6)
+    np.testing.assert_allclose(out["c_x_sum"], raw["c"].map(log_sum_by_c), rtol=1e-6)
+    assert wf.input_columns == ["c", "clicks", "x"]
+    wf.save(str(tmp_path / "wf"))
+    loaded = tl.Workflow.load(str(tmp_path / "wf"), trusted=[is_positive])
+    pd.testing.assert_frame_equal(loaded.transform(raw), out.reset_index(drop=True), check_dtype=False)

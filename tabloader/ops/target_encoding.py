@@ -71,8 +71,9 @@ class TargetEncoding(CachedLookups, StatOperator):
 
     Parameters
     ----------
-    target : str or list of str
-        Target column(s), numeric.
+    target : str or list of str, or a graph node
+        Target column(s), numeric: names of input columns, or a node whose outputs are derived
+        columns (``target=["clicks"] >> ops.LambdaOp(is_positive)``), as NVTabular allows.
     kfold : int
         Number of folds (1: no folds, every row gets the full-data encoding).
     p_smooth : float
@@ -113,10 +114,10 @@ class TargetEncoding(CachedLookups, StatOperator):
 
     @property
     def targets(self) -> list[str]:
-        return [self.target] if isinstance(self.target, str) else list(self.target)
+        return self.parameter_columns("target")
 
-    def dependencies(self) -> list[str]:
-        return self.targets
+    def dependencies(self) -> list[Any]:
+        return self.dependency_parameter("target")
 
     def output_column_names(self, columns: Columns) -> list[str]:
         return [f"TE_{prefix}_{t}" for prefix, _ in key_groups(columns) for t in self.targets]
