@@ -162,7 +162,8 @@ class Workflow:
         return backend.to_frame_device(out, backend.frame_device(frame))  # after a host-only operator too
 
     def inverse_transform(self, frame: Any, oov: Any = None, padding: Any = None) -> Any:
-        """Encoded ids of ``frame`` (the workflow's output, or some of its columns) back to values.
+        """Encoded ids of ``frame`` (a pandas or cuDF DataFrame of the workflow's output, or of some
+        of its columns) back to values.
 
         Each column a :class:`~tabloader.ops.Categorify` computed (and no later operator
         changed) is decoded by :meth:`Categorify.inverse_transform` (``oov`` and ``padding``
