@@ -70,9 +70,8 @@ def test_inverse_transform_maps_reserved_ids_to_sentinels(tmp_path):
     wf = tl.Workflow((["s", "i", "l"] >> op) + ["y"], progress=False)
     out = wf.fit_transform(tl.Dataset(path)).compute()
     raw = pq.read_table(path).to_pydict()
-    kept = {c: {v for v, *_ in reference_vocabulary(
-        [e for r in raw[c] for e in (r if isinstance(r, list) else [r])] if c == "l" else raw[c], 2)}
-        for c in ["s", "i", "l"]}
+    values = {"s": raw["s"], "i": raw["i"], "l": [e for r in raw["l"] if r for e in r]}  # lists: their elements
+    kept = {c: {v for v, *_ in reference_vocabulary(vals, freq_threshold=2)} for c, vals in values.items()}
 
     def expect(v, col, oov):
         return None if v is None else (v if v in kept[col] else oov)

@@ -425,8 +425,8 @@ class Categorify(CachedLookups, StatOperator):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        vocab = pa.array(values.to_numpy() if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iufb"
-                         else values.tolist(), from_pandas=True)
+        vocab = pa.array(values, from_pandas=True)
+        vocab = vocab.combine_chunks() if isinstance(vocab, pa.ChunkedArray) else vocab
         lists = backend.list_column_to_arrow(series) if holds_lists(series) else None
         ids = pa.array(series, from_pandas=True) if lists is None else lists.values
         ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
