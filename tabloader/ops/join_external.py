@@ -138,7 +138,8 @@ class JoinExternal(CachedLookups, Operator):
         joined = joined.sort_values(_ROW)
         rows = backend.column_values(joined[_ROW])
         out = frame[selected].iloc[rows]
-        side = joined[self.side_columns].set_index(out.index)
+        side = joined[self.side_columns].reset_index(drop=True)
+        side.index = out.index  # the rows' own labels (pandas and cuDF alike)
         return backend.concat([out, side], axis=1)
 
     # --- saved workflows ---------------------------------------------------------------------
