@@ -16,6 +16,7 @@ import numpy as np
 from tabloader import backend
 from tabloader.loader.buffer import Chunk
 from tabloader.loader.layout import ColumnLayout
+from tabloader.loader.lists import pad_lists
 
 _GATHER_ROWS = 1024  # rows per cache-sized block when gathering a batch on the CPU
 
@@ -80,7 +81,9 @@ class Batcher:
     def _emit(self, part: dict[str, Any], rows: int) -> tuple[dict, Any, int]:
         features: dict[str, Any] = {}
         for name in self.layout.features:
-            if name in self.layout.lists:
+            if name in self.layout.padded:
+                features[name] = pad_lists(*part[("l", name)], self.layout.padded[name])
+            elif name in self.layout.lists:
                 features[name] = part[("l", name)]
             else:
                 dtype, j = self.layout.where(name)
