@@ -40,6 +40,7 @@ class ColumnLayout:
     groups: dict[str, tuple[str, ...]]
     lists: dict[str, str]  # list column -> element dtype
     padded: dict[str, ListPadding] = dataclasses.field(default_factory=dict)  # list columns yielded dense
+    categorical: tuple[str, ...] = ()  # the features that are categorical (sparse), in feature order
 
     @property
     def columns(self) -> list[str]:
@@ -93,7 +94,7 @@ class ColumnLayout:
         if not features and not targets:
             raise ValueError("the loader has no columns to yield: pass categorical=, continuous= or target=")
         return cls(tuple(features), tuple(targets), {d: tuple(v) for d, v in groups.items()}, lists,
-                   resolve_lists(padding, lists, schema))
+                   resolve_lists(padding, lists, schema), tuple(c for c in features if c in cats))
 
 
 def _names(value: Sequence[str] | str) -> list[str]:

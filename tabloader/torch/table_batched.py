@@ -39,6 +39,7 @@ from torch import nn
 from tabloader.torch import dispatch
 from tabloader.torch.config import EmbeddingConfig, check_configs
 from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
+from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts
 from tabloader.torch.reference import OPTIMIZERS, LookupPlan
 
 __all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output"]
@@ -112,6 +113,12 @@ class TableBatchedCollection(nn.Module):
         feat_off = [self.table_offsets[c.name] for c in self._feature_cfg]
         self.register_buffer("_feature_offsets", torch.tensor(feat_off, dtype=torch.int64, device=device),
                              persistent=False)
+        # per feature, for keyed jagged batches: the padding id (-1: none) and whether bags are means
+        pads = [-1 if c.padding_idx is None else c.padding_idx for c in self._feature_cfg]
+        self.register_buffer("_feature_padding", torch.tensor(pads, dtype=torch.int64, device=device),
+                             persistent=False)
+        means = [c.pooling == "mean" for c in self._feature_cfg]
+        self.register_buffer("_feature_mean", torch.tensor(means, dtype=torch.bool, device=device), persistent=False)
 
     def _new_states(self, rows: int, initial_accumulator_value: float, **factory: Any) -> list[torch.Tensor]:
         """The optimizer's fresh state for ``rows`` rows, one tensor per name of :data:`STATE_NAMES`."""
@@ -148,8 +155,16 @@ class TableBatchedCollection(nn.Module):
     def _update(self, prepared: Any, grad: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def plan(self, features: Mapping[str, Any]) -> LookupPlan:
-        """Validate the batch's ids and flatten them into one :class:`LookupPlan`."""
+    def plan(self, features: Any) -> LookupPlan:
+        """Validate the batch's ids and flatten them into one :class:`LookupPlan`.
+
+        ``features`` is the loader's feature dict, or a keyed jagged batch
+        (:class:`~tabloader.torch.jagged.KeyedJaggedBatch` or ``torchrec.KeyedJaggedTensor``),
+        whose values already lie in the plan's order when its keys are this collection's
+        features in order (else each feature is taken from it by key).
+        """
+        if is_keyed_jagged(features):
+            return self._jagged_plan(features)
         device = self._parameter.device
         parts = []
         batch = None
@@ -208,6 +223,50 @@ class TableBatchedCollection(nn.Module):
         csr = torch.zeros(lens_all.numel() + 1, dtype=torch.int64, device=device)
         torch.cumsum(lens_all, 0, out=csr[1:])
         return LookupPlan(torch.cat(rows), batch, n_feat, torch.cat(bags), torch.cat(scales), csr)
+
+    def _jagged_plan(self, batch: Any) -> LookupPlan:
+        """The plan of a keyed jagged batch: its key-major values are the plan's feature-major
+        entries and its offsets the plan's CSR, so no tensor is restacked per feature."""
+        keys, values, offsets, weights, batch_size = jagged_parts(batch)
+        if keys != self.features:
+            return self.plan({f: jagged_feature(batch, f) for f in self.features if f in keys})
+        device, n_feat = self._parameter.device, len(keys)
+        if values.device != device:
+            raise ValueError(f"the keyed jagged batch is on {values.device}, the embedding weights on {device}")
+        if values.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"keyed jagged batch: values must be int64 or int32 (encoded category ids), got {values.dtype}")
+        if offsets.numel() != n_feat * batch_size + 1:
+            raise ValueError(f"keyed jagged batch: {offsets.numel()} offsets for {n_feat} keys x stride {batch_size}; "
+                             f"expected {n_feat * batch_size + 1}")
+        offsets, n = offsets.to(torch.int64), values.numel()
+        key_ends = (offsets[batch_size::batch_size] if batch_size else offsets[1:]).contiguous()
+        feature = torch.bucketize(torch.arange(n, device=device), key_ends, right=True).clamp_(max=n_feat - 1)
+        if self.validate_indices:
+            self._validate_jagged(values, offsets, feature, batch_size)
+        bag = torch.repeat_interleave(torch.arange(n_feat * batch_size, device=device), offsets.diff(), output_size=n)
+        keep = (values != self._feature_padding[feature]).float()
+        if weights is not None:
+            keep = keep * weights.to(torch.float32)
+        count = torch.zeros(n_feat * batch_size, dtype=torch.float32, device=device).index_add_(0, bag, keep)
+        scale = torch.where(self._feature_mean[feature], keep / count.clamp(min=1.0).index_select(0, bag), keep)
+        rows = values.to(torch.int64) + self._feature_offsets[feature]
+        return LookupPlan(rows, batch_size, n_feat, (bag - feature * batch_size) * n_feat + feature, scale, offsets)
+
+    def _validate_jagged(self, values: torch.Tensor, offsets: torch.Tensor, feature: torch.Tensor,
+                         batch_size: int) -> None:
+        """Per-key id bounds and well-formed offsets, with one synchronization."""
+        n_feat, ids = len(self.features), values.to(torch.int64)
+        lo = torch.full((n_feat,), 2 ** 62, dtype=torch.int64, device=ids.device).scatter_reduce(0, feature, ids, "amin")
+        hi = torch.full((n_feat,), -2 ** 62, dtype=torch.int64, device=ids.device).scatter_reduce(0, feature, ids, "amax")
+        counts = offsets[::batch_size].diff() if batch_size else torch.zeros_like(lo)
+        bad = (offsets[0] != 0) | (offsets[-1] != ids.numel()) | (offsets.diff() < 0).any()
+        stats = torch.cat([lo, hi, counts, bad.to(torch.int64)[None], offsets[-1:]]).tolist()
+        if stats[-2]:
+            raise ValueError(f"keyed jagged batch: offsets must start at 0, be non-decreasing and end at "
+                             f"len(values)={ids.numel()} (last offset is {stats[-1]})")
+        for f, (feat, cfg) in enumerate(zip(self.features, self._feature_cfg)):
+            if stats[2 * n_feat + f] > 0:  # the key has values
+                check_id_bounds(stats[f], stats[n_feat + f], feat, cfg)
 
     def _validate(self, parts: list) -> None:
         stats, owners = [], []
