@@ -148,6 +148,31 @@ def test_fused_collection_takes_the_batch_directly(data, order):
         torch.testing.assert_close(coll.table_weight(cfg.name), expected)
 
 
+def test_offloaded_collection_takes_the_batch_too(data):
+    ds, columns = data
+    features, _ = next(iter(tlt.Loader(ds, 32, shuffle=False)))
+    coll = tlt.OffloadedEmbeddingCollection(CONFIGS, hot_rows=[3, 4, 5], optimizer="sgd", lr=0.5, device="cpu")
+    lists = {k: lists_of(columns, k, range(32)) for k in KEYS}
+    weights = {c.name: coll.table_weight(c.name).clone() for c in CONFIGS}
+    out = coll(keyed_jagged(features, KEYS, as_torchrec=False))
+    torch.testing.assert_close(out, reference_pooled(weights, CONFIGS, lists, 32))
+
+
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("lengths", [[1, 1, 1, 1], [2, 0, 1, 1], [0, 2, 3, 0]])
+def test_single_hot_and_ragged_batches_of_the_same_size(lengths, validate):
+    """All lists of length 1 take the single-hot plan; as many values but ragged lists must not."""
+    configs = [EmbeddingConfig("a", 10, 3), EmbeddingConfig("b", 10, 3, pooling="mean")]
+    values = torch.tensor([3, 4, 5, 6, 7][:sum(lengths)])
+    offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]))
+    batch = KeyedJaggedBatch(["a", "b"], values, torch.tensor(lengths), offsets, stride=2)
+    coll = tlt.FusedEmbeddingCollection(configs, backend="reference", validate_indices=validate)
+    bags = [values[offsets[k]:offsets[k + 1]].tolist() for k in range(4)]
+    lists = {"a": bags[:2], "b": bags[2:]}
+    weights = {c.name: coll.table_weight(c.name) for c in configs}
+    torch.testing.assert_close(coll(batch), reference_pooled(weights, configs, lists, 2))
+
+
 def test_bad_batches_are_refused_naming_table_or_offsets(data):
     coll = tlt.FusedEmbeddingCollection(CONFIGS[:1], backend="reference")
     bad_id = KeyedJaggedBatch(["user"], torch.tensor([3, 10]), torch.tensor([1, 1]), torch.tensor([0, 1, 2]), stride=2)

@@ -118,6 +118,8 @@ class TableBatchedCollection(nn.Module):
         self.register_buffer("_feature_padding", torch.tensor(pads, dtype=torch.int64, device=device),
                              persistent=False)
         means = [c.pooling == "mean" for c in self._feature_cfg]
+        self._padding_id = pads[0] if len(set(pads)) == 1 else None  # one padding id for all: no gather
+        self._any_mean, self._all_mean = any(means), all(means)
         self.register_buffer("_feature_mean", torch.tensor(means, dtype=torch.bool, device=device), persistent=False)
 
     def _new_states(self, rows: int, initial_accumulator_value: float, **factory: Any) -> list[torch.Tensor]:
@@ -239,18 +241,42 @@ class TableBatchedCollection(nn.Module):
             raise ValueError(f"keyed jagged batch: {offsets.numel()} offsets for {n_feat} keys x stride {batch_size}; "
                              f"expected {n_feat * batch_size + 1}")
         offsets, n = offsets.to(torch.int64), values.numel()
-        key_ends = (offsets[batch_size::batch_size] if batch_size else offsets[1:]).contiguous()
-        feature = torch.bucketize(torch.arange(n, device=device), key_ends, right=True).clamp_(max=n_feat - 1)
+        if weights is None and n == n_feat * batch_size:  # perhaps single-hot columns only
+            plan = self._jagged_single_hot_plan(values, offsets, batch_size)
+            if plan is not None:
+                return plan
+        feature = _key_of_values(offsets, n_feat, batch_size, n)
         if self.validate_indices:
             self._validate_jagged(values, offsets, feature, batch_size)
         bag = torch.repeat_interleave(torch.arange(n_feat * batch_size, device=device), offsets.diff(), output_size=n)
-        keep = (values != self._feature_padding[feature]).float()
+        padding = self._padding_id if self._padding_id is not None else self._feature_padding[feature]
+        keep = (values != padding).float()
         if weights is not None:
             keep = keep * weights.to(torch.float32)
-        count = torch.zeros(n_feat * batch_size, dtype=torch.float32, device=device).index_add_(0, bag, keep)
-        scale = torch.where(self._feature_mean[feature], keep / count.clamp(min=1.0).index_select(0, bag), keep)
+        scale = keep
+        if self._any_mean:
+            count = torch.zeros(n_feat * batch_size, dtype=torch.float32, device=device).index_add_(0, bag, keep)
+            scale = keep / count.clamp(min=1.0).index_select(0, bag)
+            if not self._all_mean:
+                scale = torch.where(self._feature_mean[feature], scale, keep)
         rows = values.to(torch.int64) + self._feature_offsets[feature]
         return LookupPlan(rows, batch_size, n_feat, (bag - feature * batch_size) * n_feat + feature, scale, offsets)
+
+    def _jagged_single_hot_plan(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> LookupPlan | None:
+        """The single-hot plan (one transpose of the ``(F, B)`` values) when every list has
+        length 1, else None; the ids are checked in the same synchronization."""
+        ids = values.to(torch.int64).view(len(self.features), batch_size)
+        ragged = (offsets[0] != 0) | (offsets.diff() != 1).any()
+        if self.validate_indices:
+            lo, hi = torch.aminmax(ids, dim=1)
+            stats = torch.cat([ragged[None].to(torch.int64), lo, hi]).tolist()
+            if stats[0]:
+                return None
+            for feat, cfg, a, b in zip(self.features, self._feature_cfg, stats[1:], stats[1 + len(self.features):]):
+                check_id_bounds(a, b, feat, cfg)
+        elif bool(ragged):
+            return None
+        return LookupPlan((ids + self._feature_offsets[:, None]).t().reshape(-1), batch_size, len(self.features))
 
     def _validate_jagged(self, values: torch.Tensor, offsets: torch.Tensor, feature: torch.Tensor,
                          batch_size: int) -> None:
@@ -323,6 +349,16 @@ class TableBatchedCollection(nn.Module):
         dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
                         optimizer=self.optimizer, lr=self.lr, eps=self.eps, betas=self.betas, step=self.step,
                         chunk_size=self.chunk_size)
+
+
+def _key_of_values(offsets: torch.Tensor, n_keys: int, batch_size: int, n: int) -> torch.Tensor:
+    """The key index of each of the ``n`` values of a keyed jagged batch (key-major): a cumulative
+    count of the key starts passed, so that malformed offsets give wrong keys (that validation
+    then reports), never an error or an out-of-range index."""
+    starts = offsets[batch_size:n_keys * batch_size:batch_size] if batch_size else offsets[:0]
+    marks = torch.zeros(n + 1, dtype=torch.int64, device=offsets.device)
+    marks.index_add_(0, starts.clamp(0, n), torch.ones_like(starts))
+    return marks[:n].cumsum(0).clamp_(max=n_keys - 1)
 
 
 class _UpdateInBackward(torch.autograd.Function):
