@@ -68,8 +68,8 @@ class ColumnLayout:
         """Roles from the schema tags, overridden by the arguments that are not None.
 
         Without any CATEGORICAL/CONTINUOUS tag (and no argument), every non-target numeric
-        column is a feature. ``padding`` (the loader's ``lists=``) asks for list columns as dense padded arrays
-        (:func:`tabloader.loader.lists.resolve_lists`).
+        column is a feature. ``padding`` (the loader's ``lists=``) asks for list columns as
+        dense padded arrays (:func:`tabloader.loader.lists.resolve_lists`).
         """
         targets = _names(target) if target is not None else schema.select_by_tag(Tags.TARGET).column_names
         cats = _names(categorical) if categorical is not None else schema.select_by_tag(Tags.CATEGORICAL).column_names
