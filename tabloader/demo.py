@@ -52,6 +52,7 @@ def generate(path: str, rows: int, seed: Any, quiet: bool = False, desc: str = "
     from tqdm.auto import tqdm
 
     from tabloader import synthetic
+    from tabloader.synthetic.files import write_parts
 
     files = max(1, -(-rows // ROWS_PER_FILE))
     with tqdm(total=rows, desc=desc, unit="row", unit_scale=True, disable=quiet, leave=False) as bar:
@@ -61,7 +62,7 @@ def generate(path: str, rows: int, seed: Any, quiet: bool = False, desc: str = "
             return frame
 
         # the writer of write_criteo, with a per-file hook for the progress bar
-        synthetic._write_parts(path, rows, files, seed, True, part, synthetic.criteo_schema())
+        write_parts(path, rows, files, seed, True, part, synthetic.criteo_schema())
     return path
 
 

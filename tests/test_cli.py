@@ -435,15 +435,16 @@ def _synth_signalled_at_the_second_file(out: str, signum: int) -> subprocess.Com
     """`tabloader synth` into ``out`` (3 files), sending itself ``signum`` while it makes file 2."""
     code = textwrap.dedent(f"""
         import os, sys
-        from tabloader import cli, synthetic
-        make_file = synthetic.criteo
+        from tabloader import cli
+        from tabloader.synthetic import clicks
+        make_file = clicks.criteo
         calls = []
         def criteo(rows, seed, **kwargs):
             calls.append(rows)
             if len(calls) == 2:
                 os.kill(os.getpid(), {int(signum)})
             return make_file(rows, seed=seed, **kwargs)
-        synthetic.criteo = criteo
+        clicks.criteo = criteo  # the function write_criteo calls
         sys.exit(cli.main(["synth", "criteo", {out!r}, "--rows", "3000", "--files", "3"]))
     """)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CHILD_ENV, timeout=120)
