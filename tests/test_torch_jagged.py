@@ -223,3 +223,26 @@ def test_real_keyed_jagged_tensor_through_an_embedding_bag_collection(data):
     lists = {k: lists_of(columns, k, rows) for k in KEYS}
     weights = {c.name: coll.table_weight(c.name) for c in coll.configs}
     torch.testing.assert_close(coll(sparse), reference_pooled(weights, coll.configs, lists, 24))
+
+
+def test_torchrec_is_not_imported_after_tensorflow_without_triton(tmp_path):
+    """torchrec imports Triton, which crashes a process that loaded TensorFlow first: the loader
+    warns and keeps its own batch type instead (checked in a fresh process)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tf_first.py"
+    script.write_text(
+        "import sys, warnings\n"
+        "import tensorflow\n"
+        "from tabloader.torch.jagged import torchrec_available\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    assert not torchrec_available() and not torchrec_available()\n"
+        "assert 'triton' not in sys.modules and 'torchrec' not in sys.modules\n"
+        "assert len(caught) == 1 and 'import torchrec before tensorflow' in str(caught[0].message)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0",
+           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

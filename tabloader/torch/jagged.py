@@ -180,11 +180,12 @@ def torchrec_available() -> bool:
             warnings.warn("torchrec is not imported: it imports Triton, which crashes the process when TensorFlow "
                           "is already loaded; import torchrec before tensorflow to get KeyedJaggedTensor batches",
                           RuntimeWarning, stacklevel=3)
-            return False
-        try:
-            import torchrec  # noqa: F401
-        except ImportError:
-            _torchrec.append(False)
+            _torchrec.append(False)  # decided for this process: every batch has the same type
         else:
-            _torchrec.append(True)
+            try:
+                import torchrec  # noqa: F401
+            except ImportError:
+                _torchrec.append(False)
+            else:
+                _torchrec.append(True)
     return _torchrec[0]
