@@ -114,6 +114,11 @@ def test_ranks_split_the_padded_rows_and_resume_continues(sessions):
     for (a, _), (b, _) in zip(head + list(resumed), whole, strict=True):
         assert np.array_equal(a["items"], b["items"]) and np.array_equal(a["id"], b["id"])
 
+    resident, plain = Loader(ds, 10, seed=2, lists=lists, resident=True), Loader(ds, 10, seed=2, lists=lists)
+    for _ in range(2):  # the second epoch from the kept partitions
+        for (a, _), (b, _) in zip(resident, plain, strict=True):
+            assert np.array_equal(a["items"], b["items"])
+
 
 def test_null_lists_are_refused_as_without_padding(tmp_path):
     pq.write_table(pa.table({"l": pa.array([[1], None, [2, 3]], pa.list_(pa.int64())), "y": np.zeros(3, np.float32)}),
