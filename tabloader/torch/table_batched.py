@@ -119,6 +119,8 @@ class TableBatchedCollection(nn.Module):
                              persistent=False)
         means = [c.pooling == "mean" for c in self._feature_cfg]
         self._padding_id = pads[0] if len(set(pads)) == 1 else None  # one padding id for all: no gather
+        rows = [c.num_embeddings for c in self._feature_cfg]
+        self.register_buffer("_feature_rows", torch.tensor(rows, dtype=torch.int64, device=device), persistent=False)
         self._any_mean, self._all_mean = any(means), all(means)
         self.register_buffer("_feature_mean", torch.tensor(means, dtype=torch.bool, device=device), persistent=False)
 
@@ -280,19 +282,19 @@ class TableBatchedCollection(nn.Module):
 
     def _validate_jagged(self, values: torch.Tensor, offsets: torch.Tensor, feature: torch.Tensor,
                          batch_size: int) -> None:
-        """Per-key id bounds and well-formed offsets, with one synchronization."""
-        n_feat, ids = len(self.features), values.to(torch.int64)
-        lo = torch.full((n_feat,), 2 ** 62, dtype=torch.int64, device=ids.device).scatter_reduce(0, feature, ids, "amin")
-        hi = torch.full((n_feat,), -2 ** 62, dtype=torch.int64, device=ids.device).scatter_reduce(0, feature, ids, "amax")
-        counts = offsets[::batch_size].diff() if batch_size else torch.zeros_like(lo)
+        """Every id inside its key's table and well-formed offsets, with one synchronization (a
+        second one, on error only, finds the table and the value to name)."""
+        ids = values.to(torch.int64)
+        out_of_range = ((ids < 0) | (ids >= self._feature_rows[feature])).any()
         bad = (offsets[0] != 0) | (offsets[-1] != ids.numel()) | (offsets.diff() < 0).any()
-        stats = torch.cat([lo, hi, counts, bad.to(torch.int64)[None], offsets[-1:]]).tolist()
-        if stats[-2]:
+        out_of_range, bad, last = torch.stack([out_of_range.to(torch.int64), bad.to(torch.int64), offsets[-1]]).tolist()
+        if bad:
             raise ValueError(f"keyed jagged batch: offsets must start at 0, be non-decreasing and end at "
-                             f"len(values)={ids.numel()} (last offset is {stats[-1]})")
-        for f, (feat, cfg) in enumerate(zip(self.features, self._feature_cfg)):
-            if stats[2 * n_feat + f] > 0:  # the key has values
-                check_id_bounds(stats[f], stats[n_feat + f], feat, cfg)
+                             f"len(values)={ids.numel()} (last offset is {last})")
+        for f, (feat, cfg) in enumerate(zip(self.features, self._feature_cfg) if out_of_range else ()):
+            mine = ids[feature == f]
+            if mine.numel():
+                check_id_bounds(int(mine.min()), int(mine.max()), feat, cfg)
 
     def _validate(self, parts: list) -> None:
         stats, owners = [], []
