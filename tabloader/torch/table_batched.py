@@ -249,7 +249,7 @@ class TableBatchedCollection(nn.Module):
                 return plan
         feature = _key_of_values(offsets, n_feat, batch_size, n)
         if self.validate_indices:
-            self._validate_jagged(values, offsets, feature, batch_size)
+            self._validate_jagged(values, offsets, feature)
         bag = torch.repeat_interleave(torch.arange(n_feat * batch_size, device=device), offsets.diff(), output_size=n)
         padding = self._padding_id if self._padding_id is not None else self._feature_padding[feature]
         keep = (values != padding).float()
@@ -280,8 +280,7 @@ class TableBatchedCollection(nn.Module):
             return None
         return LookupPlan((ids + self._feature_offsets[:, None]).t().reshape(-1), batch_size, len(self.features))
 
-    def _validate_jagged(self, values: torch.Tensor, offsets: torch.Tensor, feature: torch.Tensor,
-                         batch_size: int) -> None:
+    def _validate_jagged(self, values: torch.Tensor, offsets: torch.Tensor, feature: torch.Tensor) -> None:
         """Every id inside its key's table and well-formed offsets, with one synchronization (a
         second one, on error only, finds the table and the value to name)."""
         ids = values.to(torch.int64)
