@@ -23,6 +23,16 @@ times, throughput, peak memory and ratios is printed.
     python benchmarks/workflow.py --systems tabloader   # one system only
     python benchmarks/workflow.py --scaling             # time and memory against rows and vocabulary size
 
+``--device cuda`` runs the same comparison with tabloader on the GPU (``tabloader-cuda``: a
+``Dataset(..., device="cuda")``, cuDF partitions), against hand-written cuDF (``cudf``:
+``cudf.read_parquet`` + ``value_counts`` + ``merge``, the strongest GPU baseline), cudf-polars
+(``polars-gpu``, when it is installed) and, on the CPU in the same run, hand-written pandas and
+polars. After the table it prints each system's projected time for Criteo-1TB (its rows/s
+scaled to 4.4B rows; goal for tabloader on an H100/H200: under 5 minutes, against NVTabular's
+13.8 min on an A100) and tabloader's ratio to pandas (goal at 50M rows: at least 20x).
+
+    python benchmarks/workflow.py --device cuda --rows 50000000 --freq-threshold 2
+
 ``--scaling`` runs the workflow over 1M / 5M / 20M Criteo rows (``--scaling-rows``), then over
 ``--vocab-rows`` rows of one categorical column holding 100K / 1M / 10M distinct values
 (``--vocab-sizes``; every value equally often, spread over 31 bits), and prints the
@@ -54,6 +64,9 @@ LABEL = "label"
 NULL_ID, OOV_ID = 1, 2  # the first vocabulary id is 3 (one OOV bucket)
 COMPRESSION = "snappy"
 SYSTEMS = ("tabloader", "pandas", "polars")
+GPU_SYSTEMS = ("tabloader-cuda", "cudf", "polars-gpu", "pandas", "polars")  # --device cuda
+CRITEO_1TB_ROWS = 4_373_472_329  # the 24 days of Criteo's 1TB click logs
+NVTABULAR_1TB_MINUTES = 13.8  # NVTabular's Criteo-1TB ETL on one A100 (the seed's figure)
 
 
 def data_files(data: str) -> list[str]:
@@ -154,20 +167,21 @@ def _polars_cont(c: str):
     return pl.col(c).fill_null(0).fill_nan(0).clip(lower_bound=0).log1p()
 
 
-def run_polars(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
+def _polars_fit_queries(lf, cats: list[str], conts: list[str], freq_threshold: int) -> list:
+    """One query per vocabulary (descending frequency, ties by value) and one for the moments."""
     import polars as pl
 
-    cats, conts = column_roles(data)
-    files = data_files(data)
-    start = time.perf_counter()
-    lf = pl.scan_parquet(files)
     queries = [lf.select(pl.col(c)).drop_nulls().group_by(c).len()
                .filter(pl.col("len") >= freq_threshold)
                .sort(["len", c], descending=[True, False]) for c in cats]
     queries.append(lf.select([_polars_cont(c).cast(pl.Float64).mean().alias(f"{c}_mean") for c in conts]
                              + [_polars_cont(c).cast(pl.Float64).std(ddof=0).alias(f"{c}_std") for c in conts]))
-    *vocabs, stats = pl.collect_all(queries, engine="streaming")
-    fitted = time.perf_counter()
+    return queries
+
+
+def _polars_transform(lf, cats: list[str], conts: list[str], vocabs: list, stats) -> object:
+    """The transformed rows of ``lf`` (lazy), from the fitted vocabularies and moments."""
+    import polars as pl
 
     exprs = []
     for c, vocab in zip(cats, vocabs):
@@ -178,13 +192,139 @@ def run_polars(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
         mean, std = stats[f"{c}_mean"][0], stats[f"{c}_std"][0]
         exprs.append(((_polars_cont(c).cast(pl.Float64) - mean) / std).cast(pl.Float32).alias(c))
     exprs.append(pl.col(LABEL))
+    return lf.select(exprs)
+
+
+def run_polars(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
+    import polars as pl
+
+    cats, conts = column_roles(data)
+    files = data_files(data)
+    start = time.perf_counter()
+    lf = pl.scan_parquet(files)
+    *vocabs, stats = pl.collect_all(_polars_fit_queries(lf, cats, conts, freq_threshold), engine="streaming")
+    fitted = time.perf_counter()
     os.makedirs(out, exist_ok=True)
-    lf.select(exprs).sink_parquet(os.path.join(out, "part_00000.parquet"), compression=COMPRESSION,
-                                  engine="streaming")
+    _polars_transform(lf, cats, conts, vocabs, stats).sink_parquet(
+        os.path.join(out, "part_00000.parquet"), compression=COMPRESSION, engine="streaming")
     return fitted - start, time.perf_counter() - fitted
 
 
-RUNNERS = {"tabloader": run_tabloader, "pandas": run_pandas, "polars": run_polars}
+# --- (d) GPU: tabloader on cuDF, hand-written cuDF, cudf-polars (--device cuda) -------------------
+def run_tabloader_cuda(data: str, out: str, freq_threshold: int, part_size: str | None = None) -> tuple[float, float]:
+    """The workflow of :func:`run_tabloader` over cuDF partitions (read, transformed and written on the GPU)."""
+    import tabloader as tl
+    from tabloader import ops
+
+    cats, conts = column_roles(data)
+    graph = cats >> ops.Categorify(freq_threshold=freq_threshold)
+    graph = graph + (conts >> ops.FillMissing(0) >> ops.Clip(min_value=0) >> ops.LogOp >> ops.Normalize())
+    wf = tl.Workflow(graph + [LABEL], progress=False)
+    kwargs = {"part_size": part_size} if part_size else {}
+    start = time.perf_counter()
+    wf.fit(tl.Dataset(data, device="cuda", **kwargs))
+    fitted = time.perf_counter()
+    wf.transform(tl.Dataset(data, device="cuda", **kwargs)).to_parquet(out, overwrite=True, progress=False,
+                                                                       compression=COMPRESSION)
+    return fitted - start, time.perf_counter() - fitted
+
+
+def _cudf_conts(frame, conts):
+    """FillMissing(0) >> Clip(min_value=0) >> log1p as a float64 CuPy matrix (rows x columns)."""
+    import cupy as cp
+
+    return cp.log1p(frame[conts].fillna(0).clip(lower=0).to_cupy(dtype=cp.float64))
+
+
+def _cudf_vocabulary(counts: list, column: str, freq_threshold: int):
+    """The partial value counts of ``column`` merged: a frame of values and their ids (3, 4, ...
+    in descending frequency, ties by value)."""
+    import cudf
+    import cupy as cp
+
+    total = cudf.concat([c.rename("count") for c in counts])
+    total.index.name = column
+    total = total.reset_index()
+    total = total.groupby(column, sort=False)["count"].sum().reset_index()
+    total = total[total["count"] >= freq_threshold].sort_values(["count", column], ascending=[False, True])
+    return cudf.DataFrame({column: total[column].values,
+                           "id": cp.arange(OOV_ID + 1, OOV_ID + 1 + len(total), dtype=cp.int64)})
+
+
+def _cudf_encode(values, vocabulary):
+    """Ids of a cuDF column by a left merge with its vocabulary (merges do not keep the row
+    order: a row number goes along)."""
+    import cudf
+    import cupy as cp
+
+    n = len(values)
+    left = cudf.DataFrame({vocabulary.columns[0]: values, "_row": cp.arange(n, dtype=cp.int64)})
+    matched = left.merge(vocabulary, on=vocabulary.columns[0], how="inner")
+    ids = cp.full(n, OOV_ID, dtype=cp.int64)
+    ids[matched["_row"].values] = matched["id"].values
+    ids[values.isna().values] = NULL_ID
+    return ids
+
+
+def run_cudf(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
+    """Hand-written cuDF, one file at a time: the pandas baseline's passes on the GPU."""
+    import cudf
+    import cupy as cp
+
+    cats, conts = column_roles(data)
+    files = data_files(data)
+    start = time.perf_counter()
+    counts: dict[str, list] = {c: [] for c in cats}
+    sums = cp.zeros(len(conts))
+    sumsq = cp.zeros(len(conts))
+    rows = 0
+    for path in files:
+        frame = cudf.read_parquet(path, columns=cats + conts)
+        for c in cats:
+            counts[c].append(frame[c].value_counts(dropna=True))
+        x = _cudf_conts(frame, conts)
+        sums += x.sum(axis=0)
+        sumsq += (x * x).sum(axis=0)
+        rows += len(frame)
+        del frame, x
+    vocabs = {c: _cudf_vocabulary(counts[c], c, freq_threshold) for c in cats}
+    del counts
+    mean = sums / rows
+    std = cp.sqrt(cp.maximum(sumsq / rows - mean ** 2, 0))  # population std, as Normalize
+    cp.cuda.Device().synchronize()
+    fitted = time.perf_counter()
+
+    os.makedirs(out, exist_ok=True)
+    for i, path in enumerate(files):
+        frame = cudf.read_parquet(path)
+        result = cudf.DataFrame({c: _cudf_encode(frame[c], vocabs[c]) for c in cats})
+        x = ((_cudf_conts(frame, conts) - mean) / std).astype(cp.float32)
+        for j, c in enumerate(conts):
+            result[c] = cp.ascontiguousarray(x[:, j])
+        result[LABEL] = frame[LABEL]
+        result.to_parquet(os.path.join(out, f"part_{i:05d}.parquet"), index=False, compression=COMPRESSION)
+        del frame, result, x
+    return fitted - start, time.perf_counter() - fitted
+
+
+def run_polars_gpu(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
+    """The polars queries of :func:`run_polars` on cudf-polars' GPU engine (results collected,
+    then written by polars: its GPU engine has no streaming sink)."""
+    import polars as pl
+
+    cats, conts = column_roles(data)
+    start = time.perf_counter()
+    lf = pl.scan_parquet(data_files(data))
+    *vocabs, stats = [query.collect(engine="gpu") for query in _polars_fit_queries(lf, cats, conts, freq_threshold)]
+    fitted = time.perf_counter()
+    os.makedirs(out, exist_ok=True)
+    _polars_transform(lf, cats, conts, vocabs, stats).collect(engine="gpu").write_parquet(
+        os.path.join(out, "part_00000.parquet"), compression=COMPRESSION)
+    return fitted - start, time.perf_counter() - fitted
+
+
+RUNNERS = {"tabloader": run_tabloader, "pandas": run_pandas, "polars": run_polars,
+           "tabloader-cuda": run_tabloader_cuda, "cudf": run_cudf, "polars-gpu": run_polars_gpu}
 
 
 # --- data for the vocabulary scaling ------------------------------------------------------------
@@ -305,9 +445,49 @@ def compare(args: argparse.Namespace, systems: list[str]) -> None:
               "(CPU s: user+sys of the whole process, imports included; load: load average at the run's start):")
         print_table(["system", "fit s", "transform+write s", "total s", "rows/s", "peak RSS MB", "CPU s", "load",
                      "vs pandas", "vs polars"], table)
+        if args.device == "cuda":
+            print_gpu_goals(results, args.rows)
         if not args.keep:
             for out in outputs.values():
                 shutil.rmtree(out, ignore_errors=True)
+
+
+def gpu_name() -> str:
+    import cupy as cp
+
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def print_gpu_goals(results: dict, rows: int) -> None:
+    """Each system's projected Criteo-1TB time (its rows/s over 4.4B rows) and tabloader's
+    standing against the goals of issue 14 (20x hand-written pandas at 50M rows, 1TB under 5 min)."""
+    print(f"\nOn {gpu_name()}: projected Criteo-1TB ({CRITEO_1TB_ROWS / 1e9:.1f}B rows) at each system's rate over "
+          f"{rows:,} rows (NVTabular: {NVTABULAR_1TB_MINUTES} min on an A100):")
+    print_table(["system", "rows/s", "projected 1TB min"],
+                [[s, f"{rows / r['total_s'] / 1e6:.2f}M", CRITEO_1TB_ROWS / (rows / r["total_s"]) / 60]
+                 for s, r in results.items()])
+    ours, pandas = results.get("tabloader-cuda"), results.get("pandas")
+    if ours is None:
+        return
+    minutes = CRITEO_1TB_ROWS / (rows / ours["total_s"]) / 60
+    print(f"goal, projected 1TB under 5 min: {minutes:.1f} min, {'met' if minutes < 5 else 'NOT met'}")
+    if pandas is not None:
+        ratio = pandas["total_s"] / ours["total_s"]
+        print(f"goal, at least 20x hand-written pandas at 50M rows: {ratio:.1f}x at {rows:,} rows, "
+              f"{'met' if ratio >= 20 else 'NOT met'}{'' if rows >= 50_000_000 else ' (the goal is set at 50M rows)'}")
+
+
+def default_systems(device: str) -> list[str]:
+    """The CPU systems, or on ``cuda`` the GPU ones (cudf-polars where it is installed) and the CPU baselines."""
+    import importlib.util
+
+    if device == "cpu":
+        return list(SYSTEMS)
+    if importlib.util.find_spec("cudf_polars") is None:
+        print("polars-gpu left out: cudf-polars is not installed (pip install cudf-polars-cu12 or -cu13)", flush=True)
+        return [s for s in GPU_SYSTEMS if s != "polars-gpu"]
+    return list(GPU_SYSTEMS)
 
 
 def fitted_exponent(sizes: list[int], seconds: list[float]) -> float:
@@ -361,7 +541,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--freq-threshold", type=int_list, default=[0, 2],
                         help="Categorify freq_threshold, comma-separated (default 0,2; --scaling uses the last)")
     parser.add_argument("--repeat", type=int, default=1, help="alternating rounds of all systems; the best is reported")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: tabloader on cuDF against hand-written cuDF, cudf-polars, pandas and polars")
+    parser.add_argument("--systems", default=None,
+                        help="comma-separated subset of " + ",".join(dict.fromkeys(SYSTEMS + GPU_SYSTEMS))
+                        + " (default: " + ",".join(SYSTEMS) + "; with --device cuda: " + ",".join(GPU_SYSTEMS) + ")")
     parser.add_argument("--part-size", default=None, help="tabloader Dataset part_size (default: the library's)")
     parser.add_argument("--work", default="/tmp/tabloader-bench/workflow-out", help="where outputs are written")
     parser.add_argument("--keep", action="store_true", help="keep the outputs")
@@ -374,7 +558,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     if args.system:  # child process: run one system, print one JSON line
-        kwargs = {"part_size": args.part_size} if args.system == "tabloader" else {}
+        kwargs = {"part_size": args.part_size} if args.system.startswith("tabloader") else {}
         fit_s, transform_s = RUNNERS[args.system](args.data, args.out, args.freq_threshold[0], **kwargs)
         import resource
 
@@ -383,10 +567,13 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"fit_s": fit_s, "transform_s": transform_s, "peak_rss_mb": peak_rss_mb(), "cpu_s": cpu}))
         return
 
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = set(systems) - set(SYSTEMS)
+    if args.systems is None:
+        systems = default_systems(args.device)
+    else:
+        systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(systems) - set(RUNNERS)
     if unknown:
-        parser.error(f"unknown system(s) {sorted(unknown)}; choose from {SYSTEMS}")
+        parser.error(f"unknown system(s) {sorted(unknown)}; choose from {sorted(RUNNERS)}")
     if args.repeat < 1 or not args.freq_threshold:
         parser.error("--repeat must be >= 1 and --freq-threshold must name at least one value")
     os.makedirs(args.work, exist_ok=True)

@@ -1,5 +1,9 @@
 """Run Dask tasks with a progress bar, on the active ``dask.distributed`` client if there is one.
 
+A ``dask_cuda.LocalCUDACluster``'s client is one like any other: its workers (one per GPU) then
+run the tasks of a dataset on the GPU, each reading, transforming and writing cuDF partitions
+on its own GPU.
+
 Example:
     >>> import dask
     >>> compute_tasks([dask.delayed(sum)([1, 2]), dask.delayed(max)([3, 4])], "demo", progress=False)

@@ -137,7 +137,8 @@ class Workflow:
 
         A :class:`~tabloader.Dataset` gives a lazy Dataset (each partition is transformed when
         read or written); a pandas or cuDF DataFrame gives a DataFrame; a Dask DataFrame
-        gives a Dask DataFrame.
+        gives a Dask DataFrame of the same kind (pandas partitions, or cuDF ones for a
+        Dask-cuDF DataFrame).
         """
         self._check_fitted()
         if isinstance(data, Dataset):
@@ -147,7 +148,8 @@ class Workflow:
         if backend.is_frame(data):
             self._check_input(list(data.columns), "DataFrame")
             return self.transform_frame(data)
-        return self.transform(Dataset(data)).to_ddf()
+        meta = getattr(data, "_meta", None)  # a Dask frame's partitions stay on their device
+        return self.transform(Dataset(data, device=None if meta is None else backend.frame_device(meta))).to_ddf()
 
     def fit_transform(self, data: Any) -> Any:
         return self.fit(data).transform(data)

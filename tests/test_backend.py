@@ -72,6 +72,54 @@ def test_missing_gpu_module_gives_install_hint(monkeypatch):
         assert name in str(info.value) and "pip install" in str(info.value)
 
 
+@pytest.mark.parametrize("major, extra, packages", [
+    (12, "gpu-cu12", ["cudf-cu12", "dask-cudf-cu12", "cupy-cuda12x", "dask-cuda"]),
+    (13, "gpu-cu13", ["cudf-cu13", "dask-cudf-cu13", "cupy-cuda13x", "dask-cuda"]),
+])
+def test_install_hint_names_the_extra_of_the_cuda_major(monkeypatch, major, extra, packages):
+    import importlib
+    import pathlib
+    import tomllib
+
+    extras = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert [p.split(">")[0] for p in extras[extra]] == packages  # the extra the hint names exists and is complete
+    real_import = importlib.import_module
+
+    def fake_import(name, *args, **kwargs):
+        if name == "cudf":
+            raise ModuleNotFoundError("No module named 'cudf'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    monkeypatch.setattr(backend, "detect_cuda_major", lambda: major)
+    with pytest.raises(BackendUnavailableError) as info:
+        backend.cudf()
+    assert f"tabloader[{extra}]" in str(info.value) and packages[0] in str(info.value)
+    other = "gpu-cu13" if extra == "gpu-cu12" else "gpu-cu12"
+    assert other not in str(info.value)
+
+
+def test_install_hint_without_a_known_cuda_major_names_both_extras(monkeypatch):
+    monkeypatch.setattr(backend, "detect_cuda_major", lambda: None)
+    hint = backend.install_hint("cupy")
+    assert "tabloader[gpu-cu12]" in hint and "tabloader[gpu-cu13]" in hint
+    assert "CUDA 11" in backend.install_hint("cudf", 11) and "driver" in backend.install_hint("cudf", 11)
+    assert backend.gpu_extra(14) == "gpu-cu13"  # newer drivers run the newest builds
+
+
+def test_cuda_major_is_read_from_the_driver(monkeypatch, tmp_path):
+    """No GPU library says which CUDA: the driver's version as `nvidia-smi` prints it decides."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0     |'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(backend, "_torch_cuda_major", lambda: None)
+    monkeypatch.setattr(backend, "_cupy_cuda_major", lambda: None)
+    assert backend.detect_cuda_major() == 13
+    assert "tabloader[gpu-cu13]" in backend.install_hint("dask_cudf")
+
+
 # --- libraries --------------------------------------------------------------------------------
 def test_dataframe_and_array_libraries_on_cpu():
     assert backend.dataframe_lib("cpu") is pd

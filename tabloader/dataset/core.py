@@ -203,7 +203,8 @@ class Dataset:
         return empty
 
     def to_ddf(self, columns: Sequence[str] | None = None) -> Any:
-        """A Dask DataFrame over the partitions (transforms applied lazily in each task)."""
+        """A Dask DataFrame over the partitions (transforms applied lazily in each task): a
+        dask-cudf collection for a dataset on the GPU."""
         import dask
         import dask.dataframe as dd
 
@@ -212,6 +213,8 @@ class Dataset:
             return ddf[list(columns)] if columns is not None else ddf
         meta = self.meta()
         meta = meta[list(columns)] if columns is not None else meta
+        if backend.is_gpu_object(meta):
+            backend.dask_cudf()  # registers dask-cudf's collection for cuDF metas (from_delayed then builds one)
         # The partitions keep the dtypes read_partition gives them (no string[pyarrow] conversion).
         # from_delayed over to_delayed: the reader (and a workflow in it) is one shared key, so a
         # worker builds its lookup tables once, not once per partition.

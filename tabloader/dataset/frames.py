@@ -19,12 +19,13 @@ from tabloader.dataset.source import Source
 
 
 class FrameSource(Source):
-    """A pandas or cuDF DataFrame cut into consecutive row ranges of about ``part_size`` bytes
-    in memory (its index is dropped: rows are numbered from 0)."""
+    """A pandas or cuDF DataFrame, moved to ``device`` where it is elsewhere, cut into
+    consecutive row ranges of about ``part_size`` bytes in memory (its index is dropped: rows
+    are numbered from 0)."""
 
     def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
         super().__init__(device)
-        frame = backend.to_device(frame, device)
+        frame = backend.to_frame_device(frame, device)
         self.frame = frame.reset_index(drop=True)
         n = len(frame)
         nbytes = int(frame.memory_usage(deep=True, index=False).sum()) if n else 0
@@ -63,8 +64,9 @@ class FrameSource(Source):
 
 
 class DaskSource(Source):
-    """A Dask DataFrame, partition by partition (each computed on its own, on the calling
-    thread). Its partitions' sizes are known only by reading them."""
+    """A Dask DataFrame (pandas partitions) or Dask-cuDF DataFrame (cuDF partitions), partition
+    by partition (each computed on its own, on the calling thread), moved to ``device`` where it
+    is elsewhere. Its partitions' sizes are known only by reading them."""
 
     def __init__(self, ddf: Any, device: str = "cpu") -> None:
         super().__init__(device)
@@ -79,13 +81,13 @@ class DaskSource(Source):
         return backend.frame_arrow_schema(self.ddf)
 
     def meta(self) -> Any:
-        return self.ddf._meta
+        return backend.to_frame_device(self.ddf._meta, self.device)
 
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
         part = self.ddf.get_partition(index)
         part = part[list(columns)] if columns is not None else part
         frame = part.compute(scheduler="sync")
-        return backend.to_device(frame, self.device)
+        return backend.to_frame_device(frame, self.device)
 
     def describe(self, index: int | None = None) -> str:
         return "the Dask DataFrame" if index is None else f"partition {index} of the Dask DataFrame"
@@ -95,4 +97,5 @@ class DaskSource(Source):
         return "a Dask DataFrame"
 
     def dask_frame(self) -> Any:
-        return self.ddf
+        # On another device than the dataset's, the frame is not the dataset's rows as they are read.
+        return self.ddf if backend.frame_device(self.ddf._meta) == self.device else None

@@ -14,13 +14,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Sequence
 
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_widths, hive_keys,
                                               in_memory_bytes, key_columns, read_footer)
-from tabloader.dataset.source import Source, checked_columns, error_message
+from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,13 +149,18 @@ class ParquetSource(Source):
             frame = backend.read_parquet(piece.path, self._file_columns(target), piece.row_groups, device=self.device)
         except Exception as exc:
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
-        keys = key_columns(piece.partition, target, len(frame))
+        keys = key_columns(piece.partition, target, 1)  # one row, repeated on the device
         if keys.num_columns:
             key_frame = backend.from_arrow(keys, self.device)
             for name in keys.column_names:
-                frame[name] = key_frame[name]
-            frame = frame[target.names]
-        return frame
+                frame[name] = key_frame[name].repeat(len(frame)).reset_index(drop=True)
+        # The dtypes of the meta, whatever the file's own: as _conform does for arrow tables.
+        return conform_dtypes(frame, self._device_dtypes[target.names], piece.path)
+
+    @functools.cached_property
+    def _device_dtypes(self) -> Any:
+        """The dtypes of the frames :meth:`read_frame` gives (those of the meta), by column name."""
+        return self.meta().dtypes
 
 
 def _conform(table: Any, piece: Piece, target: Any) -> Any:

@@ -133,3 +133,23 @@ def error_message(exc: BaseException) -> str:
     if isinstance(exc, KeyError) and len(exc.args) == 1:
         return str(exc.args[0])
     return str(exc)
+
+
+def conform_dtypes(frame: Any, dtypes: Any, where: str) -> Any:
+    """``frame`` (pandas or cuDF) with the columns of ``dtypes`` (name -> dtype), in its order,
+    each cast to its dtype where it differs; a column that cannot be is refused naming ``where``.
+
+    Example:
+        >>> import pandas as pd
+        >>> conform_dtypes(pd.DataFrame({"b": [1.5], "a": [1]}), pd.Series({"a": "float64"}), "f").dtypes.tolist()
+        [dtype('float64')]
+    """
+    frame = frame[list(dtypes.index)]
+    casts = {name: dtype for name, dtype in dtypes.items() if frame[name].dtype != dtype}
+    for name, dtype in casts.items():
+        try:
+            frame[name] = frame[name].astype(dtype)
+        except Exception as exc:
+            raise TypeError(f"{where}: column {name!r} of a partition has dtype {frame[name].dtype}, which does not "
+                            f"convert to the dataset's {dtype}: {exc}") from exc
+    return frame

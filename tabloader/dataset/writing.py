@@ -2,7 +2,9 @@
 
 The directory is assembled under a temporary name and renamed when every file is complete
 (:func:`tabloader.atomic_files.atomic_directory`); each output file is written by one Dask task
-streaming its group of partitions, one partition in memory at a time.
+streaming its group of partitions, one partition in memory at a time. Host partitions (pandas)
+are written by pyarrow's writer, GPU partitions (cuDF) by cuDF's chunked writer, from the
+device: a partition never travels to the host to be written.
 
 Example:
     >>> import os, tempfile, pandas as pd, pyarrow.parquet as pq, tabloader as tl
@@ -21,6 +23,7 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.atomic_files import atomic_directory
+from tabloader.dataset.source import conform_dtypes
 from tabloader.filesystems import filesystem, is_local, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
 
@@ -41,9 +44,13 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
     if shuffle:
         order = np.random.default_rng(seed).permutation(order)
     groups = [g.tolist() for g in np.array_split(order, n_files)]
-    arrow_schema = output_arrow_schema(backend.to_host(dataset.meta()), dataset.schema)
+    meta = dataset.meta()
+    if backend.is_gpu_object(meta):
+        writer = _DeviceFileWriter(dataset, meta.dtypes, row_group_size, cudf_compression(compression), shuffle, seed)
+    else:
+        writer = _FileWriter(dataset, output_arrow_schema(meta, dataset.schema), row_group_size, compression,
+                             shuffle, seed)
     with atomic_directory(path, overwrite=overwrite) as tmp:
-        writer = _FileWriter(dataset, arrow_schema, row_group_size, compression, shuffle, seed)
         tasks = shared_calls(writer, [(group, join(tmp, f"part_{i:05d}.parquet")) for i, group in enumerate(groups)],
                              "write")
         compute_tasks(tasks, f"writing {path}", progress=progress)
@@ -72,14 +79,71 @@ class _FileWriter:
         sink = pa.OSFile(fs_path, "wb") if is_local(fs) else fs.open(fs_path, "wb")
         with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
             for index in partitions:
-                frame = backend.to_host(self.dataset.read_partition(index))
-                if self.shuffle:
-                    rng = np.random.default_rng(None if self.seed is None else [self.seed, index])
-                    frame = frame.take(rng.permutation(len(frame)))
+                frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
                 table = pa.Table.from_pandas(frame, preserve_index=False)
                 w.write_table(_cast_to(table, self.arrow_schema, path), row_group_size=self.row_group_size)
                 rows += len(frame)
         return rows
+
+
+class _DeviceFileWriter:
+    """Streams a group of cuDF partitions into one parquet file with cuDF's chunked writer.
+
+    The file's column types are those of the dataset's (cuDF) meta, ``dtypes``: a partition
+    whose columns differ is cast, or refused naming the file and the column.
+    """
+
+    def __init__(self, dataset: "Dataset", dtypes: Any, row_group_size: int | None, compression: str | None,
+                 shuffle: bool, seed: int | None) -> None:
+        self.dataset, self.dtypes = dataset, dtypes
+        self.row_group_size, self.compression = row_group_size, compression
+        self.shuffle, self.seed = shuffle, seed
+
+    def __call__(self, partitions: list[int], path: str) -> int:
+        fs, fs_path = filesystem(path)
+        local = is_local(fs)
+        sink = fs_path if local else fs.open(fs_path, "wb")  # local files: cuDF's native writer
+        options = {} if self.row_group_size is None else {"row_group_size_rows": self.row_group_size}
+        writer = backend.cudf().io.parquet.ParquetWriter(sink, index=False, compression=self.compression, **options)
+        rows = 0
+        try:
+            for index in partitions:
+                frame = _read_shuffled(self.dataset, index, self.shuffle, self.seed)
+                writer.write_table(conform_dtypes(frame, self.dtypes, path))
+                rows += len(frame)
+        finally:
+            writer.close()
+            if not local:
+                sink.close()
+        return rows
+
+
+def _read_shuffled(dataset: "Dataset", index: int, shuffle: bool, seed: int | None) -> Any:
+    """Partition ``index`` of ``dataset`` on its device, its rows shuffled when asked: the order is
+    drawn on the host from ``[seed, index]``, so a seed gives the same files on CPU and GPU."""
+    frame = dataset.read_partition(index)
+    if shuffle:
+        order = np.random.default_rng(None if seed is None else [seed, index]).permutation(len(frame))
+        frame = frame.take(backend.asarray(order, backend.frame_device(frame)))
+    return frame
+
+
+# cuDF's writer names its codecs differently from pyarrow's and knows fewer of them.
+_CUDF_CODECS = {"snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4", "none": None}
+
+
+def cudf_compression(compression: str | None) -> str | None:
+    """cuDF's name of the parquet codec ``compression`` (pyarrow's names, as ``to_parquet`` takes).
+
+    Example:
+        >>> cudf_compression("zstd"), cudf_compression(None)
+        ('ZSTD', None)
+    """
+    key = "none" if compression is None else str(compression).lower()
+    if key not in _CUDF_CODECS:
+        raise ValueError(f"compression={compression!r} is not one cuDF's parquet writer has (a dataset on the GPU is "
+                         f"written by cuDF): choose one of {sorted(_CUDF_CODECS)}")
+    return _CUDF_CODECS[key]
 
 
 def _cast_to(table: Any, schema: Any, path: str) -> Any:
