@@ -96,9 +96,7 @@ class Loader(torch.utils.data.IterableDataset):
         return self._tensor(value)
 
     def _tensor(self, array: Any) -> torch.Tensor:
-        if isinstance(array, np.ndarray) and not array.flags.writeable:
-            array = array.copy()  # read-only arrays (arrow memory) cannot be exported by DLPack
-        tensor = torch.from_dlpack(array)
+        tensor = torch.from_dlpack(backend.exportable(array))
         return tensor if tensor.device == self.device else tensor.to(self.device, non_blocking=True)
 
     # --- delegated --------------------------------------------------------------------------
