@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Sequence
 
-import numpy as np
 
 from tabloader import backend
-from tabloader.loader.buffer import Chunk
+from tabloader.loader.buffer import Chunk, concat_lists
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.lists import pad_lists
 
@@ -140,9 +139,5 @@ def _concat_parts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
             xp = backend.array_lib(arrays[0])
             out[key] = xp.concatenate(arrays, axis=1)
         else:
-            xp = backend.array_lib(arrays[0][0])
-            values = xp.concatenate([v for v, _ in arrays])
-            shifts = np.cumsum([0] + [int(o[-1]) for _, o in arrays[:-1]])
-            offsets = xp.concatenate([arrays[0][1][:1]] + [o[1:] + int(s) for (_, o), s in zip(arrays, shifts)])
-            out[key] = (values, offsets)
+            out[key] = concat_lists(arrays, None, backend.array_lib(arrays[0][0]))
     return out
