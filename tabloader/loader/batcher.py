@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Sequence
 
-
 from tabloader import backend
 from tabloader.loader.buffer import Chunk, concat_lists
 from tabloader.loader.layout import ColumnLayout
@@ -30,6 +29,7 @@ class Batcher:
     contiguous 1-D array.
 
     Example:
+        >>> import numpy as np
         >>> from tabloader.loader import ChunkSpec, Segment
         >>> layout = ColumnLayout(("a",), (), {"int64": ("a",)}, {})
         >>> def chunk(i, rows):
