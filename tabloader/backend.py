@@ -395,13 +395,24 @@ def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups:
 
 
 # --- arrays and DLPack -------------------------------------------------------------------
+def exportable(array: Any) -> Any:
+    """``array``, or a copy of it when it is a read-only numpy array (a view of arrow memory):
+    DLPack cannot export those unversioned, and torch cannot own them.
+
+    Example:
+        >>> a = np.arange(3); a.flags.writeable = False
+        >>> exportable(a).flags.writeable, exportable(np.arange(3)).flags.writeable
+        (True, True)
+    """
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        return array.copy()
+    return array
+
+
 def to_dlpack(array: Any) -> Any:
     """A DLPack capsule for a numpy or CuPy array (unversioned, as TensorFlow requires)."""
     # No max_version: asking for (1, 0) would give a versioned capsule, which TensorFlow rejects.
-    try:
-        return array.__dlpack__()
-    except BufferError:  # read-only numpy arrays (views of arrow memory) cannot be exported unversioned
-        return array_lib(array).array(array, copy=True, order="C").__dlpack__()
+    return exportable(array).__dlpack__()
 
 
 def asarray(values: Any, device: str) -> Any:
