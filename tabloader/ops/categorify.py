@@ -35,7 +35,7 @@ from tabloader import backend
 from tabloader.encoding.contract import cardinality, check_id_range, first_vocabulary_id, integer_dtype, vocabulary_positions
 from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, group_name
-from tabloader.ops.hashing import categorical_schema, param_for
+from tabloader.ops.hashing import categorical_schema, check_num_buckets, param_for
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 ENCODE_TYPES = ("joint", "combo")
@@ -125,9 +125,7 @@ class Categorify(CachedLookups, StatOperator):
         self.dtype = dtype
         if encode_type not in ENCODE_TYPES:
             raise ValueError(f"Categorify: encode_type must be one of {ENCODE_TYPES}, got {encode_type!r}")
-        for nb in (num_buckets.values() if isinstance(num_buckets, Mapping) else [num_buckets]):
-            if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1:
-                raise ValueError(f"Categorify: num_buckets must be an integer >= 1, got {nb!r}")
+        check_num_buckets(self, num_buckets, 1)
         integer_dtype(self, dtype)
 
     # --- plan: which vocabulary each selected column uses ----------------------------------
