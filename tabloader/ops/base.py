@@ -195,6 +195,22 @@ class StatOperator(Operator):
             where = f" on {flatten_columns(columns)}" if columns is not None else ""
             raise NotFittedError(f"{self.label}{where} is not fitted: call Workflow.fit(dataset) before transform")
 
+    def fitted_entry(self, attribute: str, key: str, columns: Sequence[str]) -> Any:
+        """``self.<attribute>[key]``, what fit learnt for ``columns``; NotFittedError naming them if absent.
+
+        Example:
+            >>> from tabloader.ops import Categorify
+            >>> Categorify().fitted_entry("vocabularies_", "c", ["c"])
+            Traceback (most recent call last):
+            ...
+            tabloader.ops.base.NotFittedError: Categorify on ['c'] is not fitted: call Workflow.fit(dataset) ...
+        """
+        fitted = getattr(self, attribute, None)
+        if fitted is None or key not in fitted:
+            raise NotFittedError(f"{self.label} on {list(columns)} is not fitted: call Workflow.fit(dataset) "
+                                 "before transform")
+        return fitted[key]
+
     def check_fitted_on(self, columns: Sequence[str], fitted: Any) -> None:
         """Raise NotFittedError naming the ``columns`` missing from ``fitted`` (statistics by column).
 

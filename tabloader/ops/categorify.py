@@ -269,8 +269,7 @@ class Categorify(CachedLookups, StatOperator):
         user = self._user_vocab(key)
         if user is not None:
             return self._vocab_from_user(kind, key, inputs, user)
-        raise NotFittedError(f"{self.label} on {list(inputs)} is not fitted: call Workflow.fit(dataset) "
-                             "before transform")
+        return self.fitted_entry("vocabularies_", key, inputs)  # raises NotFittedError naming the inputs
 
     def check_is_fitted(self, columns: Columns | None = None) -> None:
         if columns is None:

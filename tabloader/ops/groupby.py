@@ -25,7 +25,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.encoding.lists import holds_lists
 from tabloader.graph import Node
-from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric, group_name
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric, group_name
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -278,10 +278,7 @@ class JoinGroupby(CachedLookups, StatOperator):
         enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
-            if not hasattr(self, "stats_") or prefix not in self.stats_:
-                raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
-                                     "before transform")
-            table, null = self.stats_[prefix], self.null_stats_[prefix]
+            table, null = self.fitted_entry("stats_", prefix, group), self.null_stats_[prefix]
             lookup = cached_lookup(self, enc, prefix, table, self._key_columns(group))
             cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)

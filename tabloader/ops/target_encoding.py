@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric
 from tabloader.ops.groupby import cached_lookup, cached_values, float_values, key_groups, normalize_keys
 from tabloader.schema import ColumnSchema, Schema, Tags
 
@@ -227,10 +227,7 @@ class TargetEncoding(CachedLookups, StatOperator):
         enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
-            if not hasattr(self, "stats_") or prefix not in self.stats_:
-                raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
-                                     "before transform")
-            table = self.stats_[prefix]
+            table = self.fitted_entry("stats_", prefix, group)
             lookup = cached_lookup(self, enc, prefix, table, [c for c in table.columns if c.startswith("__key_")])
             cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)
