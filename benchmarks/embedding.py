@@ -10,6 +10,12 @@ random output gradient, optimizer update of the tables. Compared:
 * ``sparse+SGD``        -- ``nn.Embedding(sparse=True)`` per table + ``torch.optim.SGD``
 * ``reference <opt>``   -- :class:`FusedEmbeddingCollection` with the PyTorch reference backend
 * ``fused <opt>``       -- :class:`FusedEmbeddingCollection` with the Triton kernels (CUDA only)
+* ``jagged <opt>``      -- the same collection (Triton on CUDA, the reference on CPU) fed the batch
+  as one keyed jagged batch (``tabloader.torch.Loader(output="jagged")``) instead of the
+  dict of per-column tensors: no per-batch restacking of the columns in the collection. The
+  time the loader spends building the keyed jagged batch (one ``cat``, one stacked ``diff``)
+  is measured apart and printed under the table, with the collection's plan (the step's
+  restacking and id checks) per input form.
 
 Effective bandwidth = bytes of embedding rows, output/gradient rows and optimizer states
 read and written per step (forward: N rows read + N output rows written; backward: N
@@ -48,6 +54,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from tabloader.torch.fused import FusedEmbeddingCollection  # noqa: E402
+from tabloader.torch.jagged import keyed_jagged  # noqa: E402
 from tabloader.torch.layers import EmbeddingConfig  # noqa: E402
 
 try:
@@ -126,6 +133,62 @@ def make_fused(backend: str, optimizer: str, cards, dim, grad_out, args) -> Call
     return step
 
 
+def as_jagged(step: Callable[[Any], None], batches: list[dict]) -> Callable[[dict], None]:
+    """``step`` fed the keyed jagged form of each batch (built once, as the loader yields it)."""
+    jagged = {id(b): keyed_jagged(b, list(b), as_torchrec=False) for b in batches}
+    return lambda feats: step(jagged[id(feats)])
+
+
+def median_ms(works: dict[str, Callable[[int], Any]], device: str, repeats: int = 30) -> dict[str, float]:
+    """Median milliseconds of each ``work(i)``, the works taking turns call by call (so that a
+    machine shared with other work slows them all alike)."""
+    times: dict[str, list[float]] = {name: [] for name in works}
+    for i in range(repeats):
+        for name, work in works.items():
+            sync(device)
+            t0 = time.perf_counter()
+            work(i)
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def with_list_columns(feats: dict, seed: int = 0) -> dict:
+    """The batch with every other column turned into a list column of 0 to 3 ids per row
+    (single-hot and multi-hot columns together, as in the issue's TorchRec batches)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, (name, ids) in enumerate(feats.items()):
+        if k % 2 == 0:
+            out[name] = ids
+            continue
+        lengths = torch.randint(0, 4, (len(ids),), generator=gen).to(ids.device)
+        offsets = torch.zeros(len(ids) + 1, dtype=torch.int64, device=ids.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        values = ids.repeat(4)[:int(offsets[-1])]  # the column's (Zipf) ids, reused
+        out[name] = (values, offsets)
+    return out
+
+
+def report_jagged_costs(batches: list[dict], cards: list[int], dim: int, args: Any) -> None:
+    """What the jagged input changes apart from the lookups and updates: the collection's plan
+    (restacking the columns, checking the ids) from each input form, for the benchmark's
+    single-hot batches and for the same batches with half the columns multi-hot, and the
+    loader's cost of building the keyed jagged batch."""
+    configs = [EmbeddingConfig(f"C{i + 1}", c, dim) for i, c in enumerate(cards)]
+    coll = FusedEmbeddingCollection(configs, backend="reference", device=args.device,
+                                    validate_indices=not args.no_validate)
+    print()
+    for label, dicts in [("single-hot", batches), ("half multi-hot", [with_list_columns(b) for b in batches])]:
+        jagged = [keyed_jagged(b, list(b), as_torchrec=False) for b in dicts]
+        ms = median_ms({"dict": lambda i: coll.plan(dicts[i % len(dicts)]),
+                        "jagged": lambda i: coll.plan(jagged[i % len(jagged)]),
+                        "build": lambda i: keyed_jagged(dicts[i % len(dicts)], list(dicts[0]), as_torchrec=False)},
+                       args.device)
+        print(f"per {label} batch: collection plan from the dict of columns {ms['dict']:.2f} ms, from the keyed "
+              f"jagged batch {ms['jagged']:.2f} ms; building the keyed jagged batch (loader side) {ms['build']:.2f} ms")
+
+
 def timed_interleaved(makers: dict, batches: list[dict], steps: int, warmup: int, device: str) -> dict:
     """Median step time of every method, the methods taking turns step by step, so that a
     machine shared with other work slows them all alike (used on CPU, where all fit at once)."""
@@ -182,7 +245,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=int, default=None, help="timed steps (median reported)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--methods", default=None,
-                   help="comma list among dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused")
+                   help="comma list among dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused,jagged")
     p.add_argument("--optimizers", default="adam,sgd,adagrad", help="optimizers of the fused collection")
     p.add_argument("--no-validate", action="store_true", help="skip the index bounds check")
     p.add_argument("--threads", type=int, default=None)
@@ -199,8 +262,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.batch = args.batch or (65536 if cuda else 8192)
     args.steps = args.steps or (20 if cuda else 7)
     args.interleave = (not cuda) if args.interleave is None else args.interleave
-    methods = (args.methods or ("dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused" if cuda
-                                else "dense+Adam,sparse+SparseAdam,sparse+SGD,reference")).split(",")
+    methods = (args.methods or ("dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused,jagged" if cuda
+                                else "dense+Adam,sparse+SparseAdam,sparse+SGD,reference,jagged")).split(",")
     optimizers = args.optimizers.split(",")
 
     cards = cardinalities(args.scale, args.tables)
@@ -219,10 +282,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if m in ("dense+Adam", "sparse+SparseAdam", "sparse+SGD"):
             makers[m] = lambda m=m: make_baseline(m, cards, dim, grad_out, args)
             opt_of[m] = {"dense+Adam": "adam", "sparse+SparseAdam": "adam", "sparse+SGD": "sgd"}[m]
-        elif m in ("reference", "fused"):
-            backend = "reference" if m == "reference" else "triton"
+        elif m in ("reference", "fused", "jagged"):
+            backend = "triton" if m == "fused" or (m == "jagged" and cuda) else "reference"
             for o in optimizers:
-                makers[f"{m} {o}"] = lambda b=backend, o=o: make_fused(b, o, cards, dim, grad_out, args)
+                if m == "jagged":
+                    makers[f"{m} {o}"] = lambda b=backend, o=o: as_jagged(
+                        make_fused(b, o, cards, dim, grad_out, args), batches)
+                else:
+                    makers[f"{m} {o}"] = lambda b=backend, o=o: make_fused(b, o, cards, dim, grad_out, args)
                 opt_of[f"{m} {o}"] = o
         else:
             p.error(f"unknown method {m!r}")
@@ -261,12 +328,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         ref_key = "sparse+SGD" if r["optimizer"] == "sgd" else "sparse+SparseAdam"
+        if r["method"].startswith("jagged"):  # against the same collection fed the dict of columns
+            ref_key = f"{'fused' if cuda else 'reference'} {r['optimizer']}"
         speedup = base.get(ref_key, float("nan")) / r["ms_per_step"] if r["status"] == "ok" else float("nan")
         rows.append([r["method"], r["status"], r["ms_per_step"], r["rows_per_s"] / 1e6, r["gb_per_s"],
                      "-" if r["pct_peak"] is None else f"{r['pct_peak']:.0f}%",
                      f"{speedup:.2f}x vs {ref_key}" if ref_key in base and r["method"] != ref_key else "-"])
     print()
     print_table(["method", "status", "ms/step", "M samples/s", "eff. GB/s", "% peak BW", "speed-up"], rows)
+    if "jagged" in methods:
+        report_jagged_costs(batches, cards, dim, args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "args": vars(args), "results": results}, f, indent=2)

@@ -24,102 +24,10 @@ from typing import Any, Collection, Sequence
 import numpy as np
 import pandas as pd
 
+from tabloader.gpu_install import GPU_EXTRAS, detect_cuda_major, gpu_extra, install_hint  # noqa: F401  (re-exported)
+from tabloader.hashes import FNV64_OFFSET, FNV64_PRIME, hash_combine, hash_int64, hash_strings  # noqa: F401  (re-exported)
+
 DEVICES = ("cpu", "cuda", "auto")
-
-# The pip extra of the GPU path per CUDA major (pyproject.toml): RAPIDS and CuPy build per major.
-GPU_EXTRAS = {12: "gpu-cu12", 13: "gpu-cu13"}
-_GPU_PACKAGES = {"cudf": "cudf-cu{major}", "cupy": "cupy-cuda{major}x", "dask_cudf": "dask-cudf-cu{major}"}
-
-
-def gpu_extra(cuda_major: int) -> str:
-    """The extra of ``pip install 'tabloader[...]'`` for a CUDA major version: ``gpu-cu12`` or
-    ``gpu-cu13`` (newer majors run the newest builds: their drivers run older runtimes).
-
-    Example:
-        >>> gpu_extra(12), gpu_extra(13)
-        ('gpu-cu12', 'gpu-cu13')
-    """
-    if cuda_major < min(GPU_EXTRAS):
-        raise ValueError(f"tabloader's GPU path needs CUDA {min(GPU_EXTRAS)} or newer; this machine has "
-                         f"CUDA {cuda_major}: update the NVIDIA driver")
-    return GPU_EXTRAS[min(cuda_major, max(GPU_EXTRAS))]
-
-
-def install_hint(module: str, cuda_major: int | None = None) -> str:
-    """How to install the GPU ``module`` (``cudf``, ``cupy``, ``dask_cudf``): the pip extra of
-    ``cuda_major``, by default the CUDA major of this machine (:func:`detect_cuda_major`); both
-    extras when it is unknown.
-
-    Example:
-        >>> install_hint("cudf", 13)
-        "pip install 'tabloader[gpu-cu13]' (it brings cudf-cu13) on a machine with an NVIDIA GPU and CUDA 13"
-    """
-    major = detect_cuda_major() if cuda_major is None else cuda_major
-    if major is None:
-        return ("pip install 'tabloader[gpu-cu12]' for CUDA 12 or 'tabloader[gpu-cu13]' for CUDA 13, on a "
-                "machine with an NVIDIA GPU (`nvidia-smi` shows the CUDA version of its driver)")
-    try:
-        extra = gpu_extra(major)
-    except ValueError as exc:
-        return str(exc)
-    package = _GPU_PACKAGES[module].format(major=extra.removeprefix("gpu-cu"))
-    return f"pip install 'tabloader[{extra}]' (it brings {package}) on a machine with an NVIDIA GPU and CUDA {major}"
-
-
-def detect_cuda_major() -> int | None:
-    """The CUDA major version to install GPU packages for, or None when nothing says.
-
-    The CUDA runtime an installed GPU library was built for comes first (PyTorch, then CuPy:
-    one process then loads one CUDA major), else the newest CUDA the driver runs (``nvidia-smi``).
-    Asked only when an install hint is needed (it may run ``nvidia-smi``).
-    """
-    for probe in (_torch_cuda_major, _cupy_cuda_major, _driver_cuda_major):
-        try:
-            major = probe()
-        except Exception:  # a broken install or driver says nothing about the major
-            major = None
-        if major is not None:
-            return major
-    return None
-
-
-def _torch_cuda_major() -> int | None:
-    """PyTorch's CUDA major: asked of the module when it is imported, else read from the wheel's
-    version (``2.4.0+cu121``) rather than importing it (seconds, for an error message)."""
-    import sys
-    from importlib import metadata
-
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
-    try:
-        local = metadata.version("torch").partition("+")[2]
-    except metadata.PackageNotFoundError:
-        return None
-    return int(local[2:-1]) if local.startswith("cu") and local[2:].isdigit() and len(local) > 3 else None
-
-
-def _cupy_cuda_major() -> int | None:
-    from importlib import metadata
-
-    for dist in metadata.distributions():  # cupy-cuda12x, cupy-cuda13x: the wheel's name says
-        name = (dist.metadata["Name"] or "").lower()
-        if name.startswith("cupy-cuda") and name.endswith("x") and name[9:-1].isdigit():
-            return int(name[9:-1])
-    return None
-
-
-def _driver_cuda_major() -> int | None:
-    import re
-    import subprocess
-
-    try:
-        text = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = re.search(r"CUDA Version:\s*(\d+)\.", text)
-    return int(found.group(1)) if found else None
-
 
 class BackendUnavailableError(ImportError):
     """A GPU library was asked for but is missing, or no CUDA device is present."""
@@ -212,7 +120,6 @@ def frame_device(frame: Any) -> str:
     return "cuda" if is_gpu_object(frame) else "cpu"
 
 
-# --- categorical encoding ---------------------------------------------------------------
 def encoding_for(data: Any) -> Any:
     """The categorical-encoding implementation for ``data`` (a frame, series or array):
     :mod:`tabloader.encoding.gpu` for cuDF/CuPy data, :mod:`tabloader.encoding.cpu` otherwise.
@@ -227,7 +134,6 @@ def encoding_for(data: Any) -> Any:
     return importlib.import_module("tabloader.encoding.gpu" if is_gpu_object(data) else "tabloader.encoding.cpu")
 
 
-# --- dataframes -------------------------------------------------------------------------
 def concat(frames: Sequence[Any], **kwargs: Any) -> Any:
     """Concatenate frames of one library."""
     if not frames:
@@ -448,14 +354,24 @@ def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups:
     return fragment.to_table(columns=columns, memory_pool=pool, use_threads=True)
 
 
-# --- arrays and DLPack -------------------------------------------------------------------
+def exportable(array: Any) -> Any:
+    """``array``, or a copy of it when it is a read-only numpy array (a view of arrow memory):
+    DLPack cannot export those unversioned, and torch cannot own them.
+
+    Example:
+        >>> a = np.arange(3); a.flags.writeable = False
+        >>> exportable(a).flags.writeable, exportable(np.arange(3)).flags.writeable
+        (True, True)
+    """
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        return array.copy()
+    return array
+
+
 def to_dlpack(array: Any) -> Any:
     """A DLPack capsule for a numpy or CuPy array (unversioned, as TensorFlow requires)."""
     # No max_version: asking for (1, 0) would give a versioned capsule, which TensorFlow rejects.
-    try:
-        return array.__dlpack__()
-    except BufferError:  # read-only numpy arrays (views of arrow memory) cannot be exported unversioned
-        return array_lib(array).array(array, copy=True, order="C").__dlpack__()
+    return exportable(array).__dlpack__()
 
 
 def asarray(values: Any, device: str) -> Any:
@@ -463,85 +379,6 @@ def asarray(values: Any, device: str) -> Any:
     return array_lib(device).asarray(values)
 
 
-def hash_int64(values: np.ndarray) -> np.ndarray:
-    """Hash int64 values to uint64 with splitmix64: the same bits on numpy and CuPy.
-
-    Used by hashing operators so that a value lands in the same bucket on CPU and GPU.
-    """
-    xp = array_lib(values)
-    with np.errstate(over="ignore"):
-        z = values.astype(xp.uint64) + xp.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> xp.uint64(30))) * xp.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> xp.uint64(27))) * xp.uint64(0x94D049BB133111EB)
-        return z ^ (z >> xp.uint64(31))
-
-
-# --- hashing of strings and hash combination (added for the categorical operators) ------
-FNV64_OFFSET = 0xCBF29CE484222325
-FNV64_PRIME = 0x100000001B3
-
-
-def hash_strings(values: Any) -> np.ndarray:
-    """Hash strings to uint64: ``splitmix64(FNV-1a-64(UTF-8 bytes))``, the same on CPU and GPU.
-
-    ``values`` is anything pyarrow can turn into a string array (a list, a pandas/cuDF string
-    Series, a pyarrow array) without nulls. FNV-1a runs vectorized over byte positions in numpy,
-    so call it on unique values only; the splitmix64 finalizer (:func:`hash_int64`) spreads
-    FNV's weak low bits. GPU values are hashed on the host and copied back.
-
-    Example:
-        >>> fnv_a = np.array([0xAF63DC4C8601EC8C], dtype=np.uint64)  # FNV-1a-64 of b"a"
-        >>> bool(hash_strings(["a"])[0] == hash_int64(fnv_a)[0])
-        True
-    """
-    import pyarrow as pa
-
-    gpu = is_gpu_object(values)
-    if gpu:
-        values = values.to_arrow()
-    elif isinstance(values, (pd.Series, pd.Index)):
-        values = pa.array(values.array if isinstance(values, pd.Series) else values.to_numpy(), from_pandas=True)
-    arr = pa.array(values) if not isinstance(values, (pa.Array, pa.ChunkedArray)) else values
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], pa.string())
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        arr = arr.cast(pa.string())
-    if arr.null_count:
-        raise ValueError("hash_strings got nulls; hash only the non-null values")
-    arr = arr.cast(pa.large_string())
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
-    data = arr.buffers()[2]
-    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    h = np.full(n, FNV64_OFFSET, dtype=np.uint64)
-    prime = np.uint64(FNV64_PRIME)
-    with np.errstate(over="ignore"):
-        active = np.arange(n)
-        for j in range(int(lengths.max()) if n else 0):
-            active = active[lengths[active] > j]
-            h[active] = (h[active] ^ data[starts[active] + j].astype(np.uint64)) * prime
-    out = hash_int64(h.view(np.int64))
-    return cupy().asarray(out) if gpu else out
-
-
-def hash_combine(seed: Any, value: Any) -> Any:
-    """Mix the uint64 hash ``value`` into ``seed``: ``splitmix64(seed * 31 + value)`` (mod 2**64).
-
-    Pure integer arithmetic, so numpy and CuPy give the same bits. Used for crosses of columns.
-
-    Example:
-        >>> a = np.array([1, 2], dtype=np.uint64)
-        >>> bool((hash_combine(a, a) == hash_int64(a * np.uint64(32))).all())
-        True
-    """
-    xp = array_lib(seed)
-    with np.errstate(over="ignore"):
-        mixed = seed.astype(xp.uint64) * xp.uint64(31) + value.astype(xp.uint64)
-    return hash_int64(mixed)
-
-
-# --- list columns (added for the categorical operators) ----------------------------------
 def list_flatten(series: Any) -> tuple[Any, Any]:
     """The element values of a list column, and a function rebuilding a list column from new ones.
 
@@ -604,7 +441,6 @@ def _nullable_type_for_arrow(arrow_type: Any) -> Any:
     return _pandas_type_for_arrow(arrow_type)
 
 
-# --- column helpers for operators (pandas | cuDF) ------------------------------------------
 def is_plain_numeric(series: Any) -> bool:
     """True when ``series`` is a numeric, non-boolean column whose values need no null mask.
 
@@ -698,42 +534,13 @@ def list_column_from_arrow(array: Any, index: Any, name: Any, like: Any = None) 
     return pd.Series(pd.arrays.ArrowExtensionArray(array), index=index, name=name, copy=False)
 
 
-ALIGNMENT = 64  # bytes; TensorFlow aborts on tensors imported from less aligned memory
-
-
-def aligned_empty(shape: Any, dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
-    """An uninitialized C-contiguous numpy array whose data starts on an ``alignment`` boundary.
-
-    Example:
-        >>> aligned_empty((2, 3), "int64").ctypes.data % 64
-        0
-    """
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
-def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
-    """A ``(ncols, rows)`` array whose every row (a column of a batch) starts aligned.
-
-    Rows are padded to a multiple of ``alignment`` bytes, so ``out[j]`` is a contiguous,
-    aligned 1-D array that TensorFlow and PyTorch can import by DLPack without a copy.
-    """
-    itemsize = np.dtype(dtype).itemsize
-    per_row = -(-rows * itemsize // alignment) * alignment // itemsize
-    return aligned_empty((ncols, max(per_row, 1)), dtype, alignment)[:, :rows]
-
-
 # The device half of the seam (re-exported: every module asks backend).
 from tabloader.device import (  # noqa: E402,F401
-    HOST, array_device, block_rows, copy_rows, device_context, empty_columns, host_staging, is_frame, is_host,
-    on_host, permutation, pins_host_memory, reads_frames, repeat, resolve_frame_device, synchronize, take_rows)
+    ALIGNMENT, HOST, aligned_columns, aligned_empty, array_device, block_rows, copy_rows, device_context,
+    empty_columns, host_staging, is_frame, is_host, on_host, permutation, pins_host_memory, reads_frames, repeat,
+    resolve_frame_device, synchronize, take_rows)
 
-
-# --- operator helpers of the seam, kept in tabloader.columnar ------------------------------
+# The operator helpers of the seam, kept in tabloader.columnar (it imports this module).
 _COLUMNAR = ("ListLayout", "list_layout", "build_list", "run_positions", "take_values", "concat_values",
              "fill_null_elements", "nullable_integers", "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
 

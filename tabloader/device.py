@@ -33,7 +33,6 @@ import pandas as pd
 HOST = "cpu"  # the device name of host memory: numpy arrays, pandas frames, pyarrow tables
 
 
-# --- where things live ----------------------------------------------------------------------
 def _device_type(device: Any) -> str:
     return str(device).split(":")[0].lower()
 
@@ -122,7 +121,35 @@ def synchronize(device: Any) -> None:
         backend.cupy().cuda.runtime.deviceSynchronize()
 
 
-# --- memory ------------------------------------------------------------------------------------
+ALIGNMENT = 64  # bytes; TensorFlow aborts on tensors imported from less aligned memory
+
+
+def aligned_empty(shape: Any, dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
+    """An uninitialized C-contiguous numpy array whose data starts on an ``alignment`` boundary.
+
+    Example:
+        >>> aligned_empty((2, 3), "int64").ctypes.data % 64
+        0
+    """
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
+    """A ``(ncols, rows)`` array whose every row (a column of a batch) starts aligned.
+
+    Rows are padded to a multiple of ``alignment`` bytes, so ``out[j]`` is a contiguous,
+    aligned 1-D array that TensorFlow and PyTorch can import by DLPack without a copy.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    per_row = -(-rows * itemsize // alignment) * alignment // itemsize
+    return aligned_empty((ncols, max(per_row, 1)), dtype, alignment)[:, :rows]
+
+
 def host_staging(array: Any) -> Any:
     """Host memory to build the contents of ``array`` in before :func:`copy_rows` puts them
     there: ``array`` itself when it is in host memory (nothing to copy), else an uninitialized
@@ -178,11 +205,10 @@ def empty_columns(ncols: int, rows: int, dtype: Any, like: Any) -> Any:
         0
     """
     if on_host(like):
-        return backend.aligned_columns(ncols, rows, dtype)
+        return aligned_columns(ncols, rows, dtype)
     return backend.cupy().empty((ncols, rows), dtype=dtype)
 
 
-# --- loops over a buffer --------------------------------------------------------------------
 def block_rows(array: Any, rows: int, block: int) -> int:
     """Rows per block for a loop that works through ``rows`` rows of ``array``: ``block`` in
     host memory (a block's working set stays in the CPU cache), all of them on a GPU (each
@@ -241,7 +267,6 @@ def permutation(n: int, key: Sequence[int], device: Any) -> Any:
     return cp.random.RandomState(seed).permutation(n).astype(cp.int64, copy=False)
 
 
-# --- frames -----------------------------------------------------------------------------------
 def is_frame(data: Any) -> bool:
     """True for an in-memory DataFrame of either device (pandas or cuDF; not a Dask one).
 

@@ -39,7 +39,7 @@ class GraphOperator(Protocol):
 
     def transform(self, columns: Columns, frame: Any) -> Any: ...
 
-    def dependencies(self) -> list[str]: ...
+    def dependencies(self) -> list[Any]: ...  # column names, or nodes giving derived columns
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema: ...
 
@@ -74,6 +74,32 @@ def resolve(output: "Node", input_schema: Schema) -> tuple[dict["Node", NodeColu
     for node in output.walk():
         resolved[node] = node.resolve_step(input_schema, [resolved[p] for p in node.parents])
     return {node: r.columns for node, r in resolved.items()}, resolved[output].schema
+
+
+def column_origins(output: "Node", columns: Any) -> dict[str, "OpNode | None"]:
+    """For each output column of ``output``, the op node that computed it (None: a column of the
+    input data), from resolved ``columns`` (node -> :class:`NodeColumns`, as a plan holds them):
+    no operator is asked anything, so a loaded workflow can answer without resolving again."""
+    origins: dict[Node, dict[str, OpNode | None]] = {}
+    for node in output.walk():
+        if isinstance(node, OpNode):
+            origins[node] = dict.fromkeys(columns[node].output, node)
+            continue
+        mine: dict[str, OpNode | None] = {}
+        for name in columns[node].output:
+            mine[name] = next((origins[p][name] for p in node.parents if name in origins[p]), None)
+        origins[node] = mine
+    return origins[output]
+
+
+# The operator `node >> function` builds: registered by tabloader.ops.lambdaop (LambdaOp), since
+# the graph imports no operator module (operator modules import the graph).
+_FUNCTION_OPERATOR: list[Any] = []
+
+
+def register_function_operator(factory: Any) -> None:
+    """Make ``node >> f`` mean ``node >> factory(f)`` for a plain function ``f``."""
+    _FUNCTION_OPERATOR[:] = [factory]
 
 
 class _NodeType(type):
@@ -127,9 +153,15 @@ class Node(metaclass=_NodeType):
         # An operator class has the operator's attributes too: `>> LogOp` means `>> LogOp()`.
         if isinstance(op, type) and isinstance(op, GraphOperator):
             op = op()
+        elif callable(op) and not isinstance(op, (type, GraphOperator)) and _FUNCTION_OPERATOR:
+            op = _FUNCTION_OPERATOR[0](op)  # `>> f` means `>> LambdaOp(f)`
         if not isinstance(op, GraphOperator):
-            raise TypeError(f"`>>` takes an operator (class or instance), got {op!r}")
+            raise TypeError(f"`>>` takes an operator (class or instance) or a function, got {op!r}")
         return OpNode(self, op)
+
+    def __getitem__(self, names: Any) -> "PickNode":
+        """Some of this node's output columns: ``node["a"]`` or ``node[["a", "b"]]``."""
+        return PickNode(self, [names] if isinstance(names, str) else list(names))
 
     def __rrshift__(self, other: Any) -> "Node":
         raise TypeError("an operator goes on the right of `>>`")
@@ -257,40 +289,55 @@ class SelectNode(Node):
 
 
 class OpNode(Node):
-    """An operator applied to its parent's output (plus the input columns it depends on)."""
+    """An operator applied to its parent's output, plus the columns it depends on: columns of the
+    input data (named), or the outputs of graph nodes (derived columns, e.g. a ``TargetEncoding``
+    target computed by a ``LambdaOp``), which are the node's further parents."""
 
     kind = "op"
-    parent_count = (1, 1)
+    parent_count = (1, None)
     record_fields = {"op": dict}  # the operator's record belongs to the saved-workflow format
 
-    def __init__(self, parent: Node, op: GraphOperator) -> None:
-        super().__init__([parent])
+    def __init__(self, parent: Node, op: GraphOperator, dependency_nodes: Sequence[Node] | None = None) -> None:
+        if dependency_nodes is None:
+            dependency_nodes = [d for d in op.dependencies() if isinstance(d, Node)]
+        super().__init__([parent, *dependency_nodes])
         self.op = op
 
     def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
-        (parent,) = parents
+        parent, derived = parents[0], parents[1:]
+        for node, resolved in zip(self.parents[1:], derived):
+            if hasattr(self.op, "bind_dependency"):  # a node-valued parameter learns its columns
+                self.op.bind_dependency(node, resolved.columns.output)
         columns = self.parents[0].columns_for_operator(parent.columns)
-        extra = [d for d in self.op.dependencies() if d not in parent.columns.output]
+        given = set(parent.columns.output).union(*(d.columns.output for d in derived))
+        extra = [d for d in self.op.dependencies() if isinstance(d, str) and d not in given]
         dependency = ColumnSelector(extra).resolve(input_schema)
-        context = parent.schema + input_schema.select_by_name(dependency)
+        context = parent.schema + Schema([c for d in derived for c in d.schema]) \
+            + input_schema.select_by_name(dependency)
         schema = self.op.compute_output_schema(context, columns)
         return Resolved(NodeColumns(schema.column_names, input=columns, dependency=dependency), schema,
                         dict.fromkeys(schema.column_names, self))
 
     def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
-        out = self.op.transform(columns.input, self.operator_input(columns, frame, parents[0]))
+        out = self.op.transform(columns.input, self.operator_input(columns, frame, parents[0], parents[1:]))
         return out[columns.output]
 
-    def operator_input(self, columns: NodeColumns, frame: Any, parent_output: Any) -> Any:
-        """The frame the operator gets: its parent's output, plus the dependency columns of ``frame``,
-        on the device the operator runs on (a host-only operator gets GPU partitions on the host;
-        a run of them shares one copy, as each passes its host output on)."""
+    def operator_input(self, columns: NodeColumns, frame: Any, parent_output: Any,
+                       derived: Sequence[Any] = ()) -> Any:
+        """The frame the operator gets: its parent's output, plus the outputs of its dependency
+        nodes (``derived``) and the dependency columns of ``frame``, on the device the operator
+        runs on (a host-only operator gets GPU partitions on the host; a run of them shares one
+        copy, as each passes its host output on)."""
         device = backend.device_for(self.op, frame)
         parent_output = backend.to_frame_device(parent_output, device)
-        if not columns.dependency:
-            return parent_output
-        extra = backend.to_frame_device(frame[columns.dependency], device).loc[parent_output.index]
-        return backend.concat([parent_output, extra], axis=1)
+        parts, have = [parent_output], set(parent_output.columns)
+        for output in derived:
+            new = [c for c in output.columns if c not in have]
+            have.update(new)
+            parts.append(backend.to_frame_device(output[new], device).loc[parent_output.index])
+        if columns.dependency:
+            parts.append(backend.to_frame_device(frame[columns.dependency], device).loc[parent_output.index])
+        return parts[0] if len(parts) == 1 else backend.concat(parts, axis=1)
 
     def describe(self) -> str:
         return f"{self.parents[0].describe_source()} >> {self.op.label}"
@@ -300,7 +347,7 @@ class OpNode(Node):
 
     @classmethod
     def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "OpNode":
-        return cls(parents[0], op)
+        return cls(parents[0], op, dependency_nodes=parents[1:])
 
 
 class ConcatNode(Node):
@@ -377,7 +424,49 @@ class DropNode(Node):
         return cls(parents[0], record["dropped"])
 
 
-NODE_KINDS: dict[str, type[Node]] = {cls.kind: cls for cls in (SelectNode, OpNode, ConcatNode, DropNode)}
+class PickNode(Node):
+    """Some of its parent's output columns, by name (``node["a"]``, ``node[["a", "b"]]``)."""
+
+    kind = "pick"
+    parent_count = (1, 1)
+    record_fields = {"picked": list}
+
+    def __init__(self, parent: Node, picked: Sequence[str]) -> None:
+        super().__init__([parent])
+        bad = [n for n in picked if not isinstance(n, str)]
+        if bad or not picked:
+            raise TypeError(f"node[...] takes a column name or a list of names, got {list(picked)!r}")
+        self.picked = list(picked)
+
+    def resolve_step(self, input_schema: Schema, parents: list[Resolved]) -> Resolved:
+        (parent,) = parents
+        missing = [n for n in self.picked if n not in parent.schema]
+        if missing:
+            raise KeyError(f"column(s) {missing} picked from {self.parents[0].describe()}, which gives "
+                           f"{parent.schema.column_names}")
+        schema = parent.schema.select_by_name(self.picked)
+        return Resolved(NodeColumns(schema.column_names), schema, {c: parent.origins[c] for c in schema.column_names})
+
+    def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
+        return parents[0][columns.output]
+
+    def describe(self) -> str:
+        return f"({self.parents[0].describe()})[{self.picked}]"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"picked": self.picked}
+
+    @classmethod
+    def check_record(cls, record: dict[str, Any], where: str) -> None:
+        super().check_record(record, where)
+        check_names(record["picked"], f"{where}, 'picked'")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], parents: list[Node], op: Any = None) -> "PickNode":
+        return cls(parents[0], record["picked"])
+
+
+NODE_KINDS: dict[str, type[Node]] = {cls.kind: cls for cls in (SelectNode, OpNode, ConcatNode, DropNode, PickNode)}
 
 
 def _node_of_kind(kind: str, parents: Sequence[Node] = (), op: Any = None, selector: ColumnSelector | None = None,

@@ -85,5 +85,5 @@ class Plan:
 
     def operator_input(self, node: OpNode, frame: Any, memo: dict[int, Any]) -> Any:
         """The frame ``node``'s operator gets for one input partition (what fit statistics see)."""
-        parent = self.evaluate(frame, node.parents[0], memo)
-        return node.operator_input(self._columns[node], frame, parent)
+        parent, *derived = [self.evaluate(frame, p, memo) for p in node.parents]
+        return node.operator_input(self._columns[node], frame, parent, derived)

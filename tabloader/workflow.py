@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
-from tabloader.graph import Node, OpNode
+from tabloader.graph import Node, OpNode, column_origins
 from tabloader.ops.base import NotFittedError, StatOperator
 from tabloader.plan import Plan
 from tabloader.schema import Schema
@@ -93,7 +93,8 @@ class Workflow:
             node.op.clear()
         for phase, nodes in enumerate(self._fit_phases()):
             self._fit_phase(plan, dataset, nodes, f"fit phase {phase + 1}" if phase else "fit", progress)
-        self.plan_ = plan
+        # Resolved again: an operator may choose its columns from fitted statistics (DropLowCardinality).
+        self.plan_ = plan = Plan.resolve(self.output_node, dataset.schema)
         self.input_schema_ = dataset.schema.select_by_name(plan.input_columns)
         # The operators declare the output schema again now: its properties (cardinality...) come from fitted state.
         self.output_schema_ = self._with_actual_dtypes(self.output_node.resolve(dataset.schema), dataset)
@@ -159,6 +160,34 @@ class Workflow:
         plan = self._fitted(self.plan_)
         out = plan.evaluate(frame)[plan.output_columns]
         return backend.to_frame_device(out, backend.frame_device(frame))  # after a host-only operator too
+
+    def inverse_transform(self, frame: Any, oov: Any = None, padding: Any = None) -> Any:
+        """Encoded ids of ``frame`` (a pandas or cuDF DataFrame of the workflow's output, or of some
+        of its columns) back to values.
+
+        Each column a :class:`~tabloader.ops.Categorify` computed (and no later operator
+        changed) is decoded by :meth:`Categorify.inverse_transform` (``oov`` and ``padding``
+        are its sentinels); the other columns are kept as they are.
+
+        Example:
+            >>> import pandas as pd, tabloader as tl
+            >>> from tabloader import ops
+            >>> wf = tl.Workflow((["c"] >> ops.Categorify()) + ["y"], progress=False)
+            >>> out = wf.fit_transform(pd.DataFrame({"c": ["a", "b", "a"], "y": [1, 0, 1]}))
+            >>> back = wf.inverse_transform(out)
+            >>> back["c"].tolist(), back["y"].tolist()
+            (['a', 'b', 'a'], [1, 0, 1])
+        """
+        plan = self._fitted(self.plan_)
+        by_node: dict[int, tuple[OpNode, list[str]]] = {}
+        for name, node in column_origins(plan.output, {n: plan.columns(n) for n in plan.nodes}).items():
+            if name in frame.columns and node is not None and hasattr(node.op, "inverse_transform"):
+                by_node.setdefault(id(node), (node, []))[1].append(name)
+        for node, names in by_node.values():
+            decoded = node.op.inverse_transform(frame[names], columns=plan.columns(node).input, oov=oov,
+                                                padding=padding)
+            frame = _splice(frame, names, decoded)
+        return frame
 
     def _fitted(self, attribute: Any) -> Any:
         """A fitted attribute's value; NotFittedError when the workflow has not been fit (or loaded)."""
@@ -250,6 +279,14 @@ class _MergeStats:
         for other in partials[1:]:
             result = [n.op.merge(a, b) for n, a, b in zip(self.nodes, result, other)]
         return result
+
+
+def _splice(frame: Any, replaced: list[str], columns: Any) -> Any:
+    """``frame`` with the columns ``replaced`` taken out and ``columns``' columns put where the first was."""
+    names = list(frame.columns)
+    at = names.index(replaced[0])
+    before, after = [c for c in names[:at] if c not in replaced], [c for c in names[at:] if c not in replaced]
+    return backend.concat([frame[before], columns, frame[after]], axis=1)
 
 
 def _as_dataset(data: Any) -> Dataset:

@@ -92,6 +92,12 @@ def keep_positive_a(df):
     return df["a"] > 0
 
 
+def user_features() -> pd.DataFrame:
+    """Side features of every other user of :func:`misc_frame` (a join leaves the others null or out)."""
+    users = np.arange(0, 40, 2)
+    return pd.DataFrame({"user": users, "age": users * 3 + 18, "tier": [f"t{u % 3}" for u in users]})
+
+
 # --- parameter tables (the CPU tests are parametrized with these) -----------------------------
 CATEGORIFY_KWARGS = [{}, {"freq_threshold": 5}, {"max_size": 4}, {"num_buckets": 7, "freq_threshold": 3}]
 JOIN_GROUPBY_STATS = [["sum", "mean", "max"], ["std"], ["min", "count", "var"]]
@@ -155,6 +161,24 @@ def _cases() -> list[OpCase]:
         OpCase("Dropna", "misc", lambda: (["a", "nullable"] >> ops.Dropna()) + ["ts"]),
         OpCase("DifferenceLag", "misc", lambda: ["ts", "a"] >> ops.DifferenceLag("user", shift=[1, 2, -1])),
         OpCase("ValueCount", "misc", lambda: ["genres"] >> ops.ValueCount()),
+    ]
+    cases += [  # NVTabular operators and parameters (issue 17)
+        OpCase("Groupby", "misc", lambda: ["user", "ts", "a", "s", "small"] >> ops.Groupby(
+            "user", sort_cols="ts", aggs={"a": ["list", "first", "last", "mean", "count"], "s": "list",
+                                          "small": ["sum", "min", "max", "std"]})),
+        OpCase("LogOp-Normalize-list", "misc", lambda: ["genres"] >> ops.LogOp >> ops.Normalize()),
+        OpCase("NormalizeMinMax-list", "misc", lambda: ["genres"] >> ops.NormalizeMinMax()),
+        OpCase("JoinExternal", "misc", lambda: ["user", "a"] >> ops.JoinExternal(user_features(), on="user")),
+        OpCase("JoinExternal-inner", "misc",
+               lambda: ["user", "s"] >> ops.JoinExternal(user_features(), on="user", how="inner", columns_ext=["tier"])),
+        OpCase("DropLowCardinality", "misc",
+               lambda: ((["s", "user", "u8"] >> ops.Categorify(freq_threshold={"u8": 50})) + ["a"])
+               >> ops.DropLowCardinality(min_cardinality=3)),
+        OpCase("DataStats", "misc", lambda: ["a", "small", "s", "genres", "nullable"] >> ops.DataStats()),
+        OpCase("TargetEncoding-JoinGroupby-derived", "categorical",
+               lambda: (["s"] >> ops.TargetEncoding(["x"] >> ops.LambdaOp(times_ten), kfold=2))
+               + (["i"] >> ops.JoinGroupby(cont_cols=["label"] >> ops.LogOp, stats=["mean"]))),
+        OpCase("pick-and-function", "misc", lambda: (["a", "b"] >> ops.FillMissing(0))["a"] >> times_ten),
     ]
     cases += [OpCase(f"ListSlice-{start}-{end}-{pad}", "misc",
                      lambda s=start, e=end, p=pad: ["genres"] >> ops.ListSlice(s, e, pad=p, pad_value=-7))

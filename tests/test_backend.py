@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tabloader import backend
+from tabloader import backend, gpu_install
 from tabloader.backend import BackendUnavailableError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,7 +92,7 @@ def test_install_hint_names_the_extra_of_the_cuda_major(monkeypatch, major, extr
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(importlib, "import_module", fake_import)
-    monkeypatch.setattr(backend, "detect_cuda_major", lambda: major)
+    monkeypatch.setattr(gpu_install, "detect_cuda_major", lambda: major)
     with pytest.raises(BackendUnavailableError) as info:
         backend.cudf()
     assert f"tabloader[{extra}]" in str(info.value) and packages[0] in str(info.value)
@@ -101,7 +101,7 @@ def test_install_hint_names_the_extra_of_the_cuda_major(monkeypatch, major, extr
 
 
 def test_install_hint_without_a_known_cuda_major_names_both_extras(monkeypatch):
-    monkeypatch.setattr(backend, "detect_cuda_major", lambda: None)
+    monkeypatch.setattr(gpu_install, "detect_cuda_major", lambda: None)
     hint = backend.install_hint("cupy")
     assert "tabloader[gpu-cu12]" in hint and "tabloader[gpu-cu13]" in hint
     assert "CUDA 11" in backend.install_hint("cudf", 11) and "driver" in backend.install_hint("cudf", 11)
@@ -114,9 +114,9 @@ def test_cuda_major_is_read_from_the_driver(monkeypatch, tmp_path):
     smi.write_text("#!/bin/sh\necho '| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0     |'\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setattr(backend, "_torch_cuda_major", lambda: None)
-    monkeypatch.setattr(backend, "_cupy_cuda_major", lambda: None)
-    assert backend.detect_cuda_major() == 13
+    monkeypatch.setattr(gpu_install, "_torch_cuda_major", lambda: None)
+    monkeypatch.setattr(gpu_install, "_cupy_cuda_major", lambda: None)
+    assert gpu_install.detect_cuda_major() == 13
     assert "tabloader[gpu-cu13]" in backend.install_hint("dask_cudf")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -451,3 +453,14 @@ def test_encoded_schema_drops_raw_value_properties():
     assert props["cardinality"] == cardinality
     assert props["domain"] == {"min": 0, "max": cardinality - 1}
     assert "max_distinct" not in props and props["note"] == "kept"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: tl.ops.Categorify(num_buckets=0), "Categorify: num_buckets must be an integer >= 1, got 0"),
+    (lambda: tl.ops.Categorify(num_buckets={"a": True}), "Categorify: num_buckets must be an integer >= 1, got True"),
+    (lambda: tl.ops.HashBucket(1), "HashBucket: num_buckets must be an integer >= 2 (bucket 0 is for nulls), got 1"),
+    (lambda: tl.ops.HashedCross({"a_b": 2.5}), "HashedCross: num_buckets must be an integer >= 2"),
+])
+def test_bad_num_buckets_are_refused_naming_operator_and_minimum(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()

@@ -121,7 +121,7 @@ def categorical_workflow() -> Workflow:
 def test_categorical_operators_keep_their_state_nested_by_column(tmp_path):
     wf = categorical_workflow()
     categorify, groupby, target = (n.op.get_state() for n in wf.stat_nodes)
-    assert sorted(categorify) == ["cardinalities", "list_columns", "null_counts", "vocabularies"]
+    assert sorted(categorify) == ["cardinalities", "columns", "list_columns", "null_counts", "vocabularies"]
     assert list(categorify["vocabularies"]) == ["c", "g"]
     assert categorify["vocabularies"]["c"]["value"].tolist() == ["a", "b", "c"]  # by count, ties by value
     assert sorted(groupby) == ["null_stats", "stats"] and list(groupby["stats"]) == ["c"]

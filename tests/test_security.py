@@ -332,7 +332,7 @@ def test_output_must_be_a_node(tmp_path, output):
 
 def test_unknown_node_kind(tmp_path):
     path = edit(basic(tmp_path), lambda doc: doc["nodes"][0].update(kind="exec"))
-    with pytest.raises(ValueError, match=r"kind 'exec' is unknown; allowed: \['concat', 'drop', 'op', 'select'\]"):
+    with pytest.raises(ValueError, match=r"kind 'exec' is unknown; allowed: \['concat', 'drop', 'op', 'pick', 'select'\]"):
         Workflow.load(str(path))
 
 
@@ -535,3 +535,15 @@ def test_cli_trust_imports_only_the_named_module_and_runs_its_functions(tmp_path
     assert pd.read_parquet(tmp_path / "out")["n"].tolist() == expected.tolist()
     assert cli.main(["inspect", str(tmp_path / "wf"), "--trust", "no_such_module_xyz"]) == 2
     assert "--trust no_such_module_xyz: cannot import it" in capsys.readouterr().err
+
+
+def test_pick_node_record_must_name_columns(tmp_path):
+    df = pd.DataFrame({"x": [1.0, 2.0], "y": [3.0, 4.0]})
+    path = tmp_path / "wf"
+    Workflow((["x", "y"] >> ops.FillMissing(0))["x"], progress=False).fit(df).save(str(path))
+    doc = json.loads((path / "workflow.json").read_text())
+    pick = next(n for n in doc["nodes"] if n["kind"] == "pick")
+    pick["picked"] = [{"import": "os"}]
+    (path / "workflow.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="'picked': expected column names"):
+        Workflow.load(str(path))

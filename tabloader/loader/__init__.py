@@ -22,7 +22,8 @@ One class per stage, one stage (or a tightly related pair) per module:
 :class:`Loader` (``core``) wires them together and yields ``(features, target)`` with numpy
 (CPU) or CuPy (GPU) arrays; it imports no deep-learning framework. ``tabloader.torch.Loader``
 adapts it. :class:`ColumnLayout` (``layout``) says which columns are features and targets and
-how they are packed. Every public name is importable from ``tabloader.loader`` itself.
+how they are packed; :class:`ListPadding` (``lists``) how a list column becomes a dense padded
+array (the loader's ``lists=``). Every public name is importable from ``tabloader.loader`` itself.
 
 Example:
     >>> import numpy as np, pandas as pd, tabloader as tl
@@ -34,6 +35,7 @@ Example:
     True
 """
 
+from tabloader.loader.lists import ListPadding
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.plan import ChunkSpec, PartitionPlan, Segment
 from tabloader.loader.reader import LoaderReadError, PartitionReader, ReadAhead
@@ -44,6 +46,6 @@ from tabloader.loader.prefetch import Prefetcher
 from tabloader.loader.core import Loader
 
 __all__ = [
-    "Loader", "LoaderReadError", "ColumnLayout", "Segment", "ChunkSpec", "PartitionPlan",
+    "Loader", "LoaderReadError", "ColumnLayout", "ListPadding", "Segment", "ChunkSpec", "PartitionPlan",
     "PartitionReader", "ReadAhead", "ChunkBuffer", "Chunk", "Shuffler", "Batcher", "Prefetcher",
 ]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Sequence
 
-import numpy as np
-
 from tabloader import backend
-from tabloader.loader.buffer import Chunk
+from tabloader.loader.buffer import Chunk, concat_lists
 from tabloader.loader.layout import ColumnLayout
+from tabloader.loader.lists import pad_lists
 
 _GATHER_ROWS = 1024  # rows per cache-sized block when gathering a batch on the CPU
 
@@ -30,6 +29,7 @@ class Batcher:
     contiguous 1-D array.
 
     Example:
+        >>> import numpy as np
         >>> from tabloader.loader import ChunkSpec, Segment
         >>> layout = ColumnLayout(("a",), (), {"int64": ("a",)}, {})
         >>> def chunk(i, rows):
@@ -80,7 +80,9 @@ class Batcher:
     def _emit(self, part: dict[str, Any], rows: int) -> tuple[dict, Any, int]:
         features: dict[str, Any] = {}
         for name in self.layout.features:
-            if name in self.layout.lists:
+            if name in self.layout.padded:
+                features[name] = pad_lists(*part[("l", name)], self.layout.padded[name])
+            elif name in self.layout.lists:
                 features[name] = part[("l", name)]
             else:
                 dtype, j = self.layout.where(name)
@@ -137,9 +139,5 @@ def _concat_parts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
             xp = backend.array_lib(arrays[0])
             out[key] = xp.concatenate(arrays, axis=1)
         else:
-            xp = backend.array_lib(arrays[0][0])
-            values = xp.concatenate([v for v, _ in arrays])
-            shifts = np.cumsum([0] + [int(o[-1]) for _, o in arrays[:-1]])
-            offsets = xp.concatenate([arrays[0][1][:1]] + [o[1:] + int(s) for (_, o), s in zip(arrays, shifts)])
-            out[key] = (values, offsets)
+            out[key] = concat_lists(arrays, None, backend.array_lib(arrays[0][0]))
     return out

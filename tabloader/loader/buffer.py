@@ -134,7 +134,7 @@ class ChunkBuffer:
             row = stop
         backend.copy_rows(buffers, staging, uploads)
         xp = self.xp
-        return {name: _concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)
+        return {name: concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)
                 for name, parts in lists.items()}
 
 
@@ -196,13 +196,13 @@ def _arrow_list_to_numpy(array: Any) -> tuple[np.ndarray, np.ndarray]:
 
     if isinstance(array, pa.ChunkedArray):
         parts = [_arrow_list_to_numpy(c) for c in array.chunks]
-        return _concat_lists(parts, None) if parts else (np.empty(0), np.zeros(1, np.int64))
+        return concat_lists(parts, None) if parts else (np.empty(0), np.zeros(1, np.int64))
     offsets = array.offsets.to_numpy().astype(np.int64)
     values = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     return values.to_numpy(zero_copy_only=False), offsets - offsets[0]
 
 
-def _concat_lists(parts: Sequence[tuple[Any, Any]], dtype: str | None, xp: Any = np) -> tuple[Any, Any]:
+def concat_lists(parts: Sequence[tuple[Any, Any]], dtype: str | None, xp: Any = np) -> tuple[Any, Any]:
     """One (values, offsets) of list rows given as (values, offsets from 0) parts, all in ``xp``."""
     if not parts:
         return xp.empty(0, dtype or np.int64), xp.zeros(1, np.int64)

@@ -31,8 +31,9 @@ class Loader:
 
     Each ``iter(loader)`` runs one epoch and the next ``iter`` the following epoch. A batch is
     ``(features, target)``: ``features`` maps column name -> 1-D array (list columns: a
-    ``(values, offsets)`` pair, ``offsets`` int64 of length rows + 1); ``target`` is a 1-D
-    array for one target column, ``(rows, n_targets)`` for several, or None.
+    ``(values, offsets)`` pair, ``offsets`` int64 of length rows + 1, or a ``(rows, pad_to)``
+    array with ``lists=``); ``target`` is a 1-D array for one target column,
+    ``(rows, n_targets)`` for several, or None.
 
     Nulls: a null in an integer, boolean or list column raises a :class:`LoaderReadError`
     naming the column and the file; in a float column it is handed on as NaN (pandas' null).
@@ -68,6 +69,13 @@ class Loader:
             their rows: ``True`` for all of them, or a byte budget (``"8GB"`` or an int) --
             what does not fit is read every epoch, as without it. Batches, their order and
             resuming are the same as without it. ``loader.resident`` shows what is kept.
+        lists: list columns as dense ``(rows, pad_to)`` arrays instead of ``(values, offsets)``:
+            a dict column -> ``pad_to`` (an int, or ``"schema"`` for the schema's
+            ``value_count`` max), or column -> dict of :class:`~tabloader.loader.lists.ListPadding`
+            options: ``pad_to``, ``side`` (``"right"``/``"left"``: where the padding goes),
+            ``truncate`` (``"right"`` keeps a long list's first ``pad_to`` values, ``"left"`` its
+            last ones), ``value`` (the padding value, 0 by default). For instance
+            ``lists={"items": dict(pad_to=20, side="left", truncate="left")}``.
 
     Every row is yielded exactly once per epoch (single rank; with several ranks, exactly once
     over the rank set apart from the at most ``global_size - 1`` padded rows).
@@ -85,7 +93,7 @@ class Loader:
                  target: Sequence[str] | str | None = None, drop_last: bool = False,
                  buffer_size: int | str = "256MB", parts_per_chunk: int | None = None,
                  global_rank: int | None = None, global_size: int | None = None, prefetch: bool = True,
-                 resident: bool | int | str = False) -> None:
+                 resident: bool | int | str = False, lists: Mapping[str, Any] | None = None) -> None:
         if isinstance(dataset, str):
             from tabloader.dataset import Dataset
 
@@ -102,7 +110,7 @@ class Loader:
         self.seed = _seed(seed, self.shuffle, self.global_size)
         self.device = backend.resolve_device(device)
         self._on_device = backend.device_context(device)
-        self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target)
+        self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target, lists)
         self.gpu_frames = backend.reads_frames(getattr(dataset, "device", backend.HOST), self.device)
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)

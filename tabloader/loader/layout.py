@@ -10,10 +10,11 @@ is read, and groups same-dtype scalar columns, so that the chunk buffer can pack
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tabloader.loader.lists import ListPadding, resolve_lists
 from tabloader.schema import Schema, Tags
 
 
@@ -22,7 +23,8 @@ class ColumnLayout:
     """Which columns are features and targets, and how they are packed.
 
     Scalar columns of one dtype share a 2-D buffer (``groups`` maps dtype -> column names);
-    list columns keep ``(values, offsets)``.
+    list columns keep ``(values, offsets)``, and those in ``padded`` are yielded as dense
+    ``(rows, pad_to)`` arrays (see :mod:`tabloader.loader.lists`).
 
     Example:
         >>> from tabloader.schema import ColumnSchema, Schema
@@ -37,6 +39,8 @@ class ColumnLayout:
     targets: tuple[str, ...]
     groups: dict[str, tuple[str, ...]]
     lists: dict[str, str]  # list column -> element dtype
+    padded: dict[str, ListPadding] = dataclasses.field(default_factory=dict)  # list columns yielded dense
+    categorical: tuple[str, ...] = ()  # the features that are categorical (sparse), in feature order
 
     @property
     def columns(self) -> list[str]:
@@ -59,11 +63,13 @@ class ColumnLayout:
     @classmethod
     def from_schema(cls, schema: Schema, categorical: Sequence[str] | str | None = None,
                     continuous: Sequence[str] | str | None = None,
-                    target: Sequence[str] | str | None = None) -> "ColumnLayout":
+                    target: Sequence[str] | str | None = None,
+                    padding: Mapping[str, Any] | None = None) -> "ColumnLayout":
         """Roles from the schema tags, overridden by the arguments that are not None.
 
         Without any CATEGORICAL/CONTINUOUS tag (and no argument), every non-target numeric
-        column is a feature.
+        column is a feature. ``padding`` (the loader's ``lists=``) asks for list columns as
+        dense padded arrays (:func:`tabloader.loader.lists.resolve_lists`).
         """
         targets = _names(target) if target is not None else schema.select_by_tag(Tags.TARGET).column_names
         cats = _names(categorical) if categorical is not None else schema.select_by_tag(Tags.CATEGORICAL).column_names
@@ -87,7 +93,8 @@ class ColumnLayout:
                 groups.setdefault(dtype, []).append(name)
         if not features and not targets:
             raise ValueError("the loader has no columns to yield: pass categorical=, continuous= or target=")
-        return cls(tuple(features), tuple(targets), {d: tuple(v) for d, v in groups.items()}, lists)
+        return cls(tuple(features), tuple(targets), {d: tuple(v) for d, v in groups.items()}, lists,
+                   resolve_lists(padding, lists, schema), tuple(c for c in features if c in cats))
 
 
 def _names(value: Sequence[str] | str) -> list[str]:

@@ -80,9 +80,41 @@ class Operator(metaclass=_OperatorType):
     def output_column_names(self, columns: Columns) -> list[str]:
         return flatten_columns(columns)
 
-    def dependencies(self) -> list[str]:
-        """Extra input columns (by name) the operator reads beside the selected ones."""
+    def dependencies(self) -> list[Any]:
+        """Extra columns the operator reads beside the selected ones: names of input columns, or
+        graph nodes whose outputs it reads (derived columns; see :meth:`parameter_columns`)."""
         return []
+
+    def bind_dependency(self, node: Node, names: Sequence[str]) -> None:
+        """Called by the graph when it resolves: ``node``, the value of a parameter of this
+        operator, gives the columns ``names``."""
+        for param, value in list(vars(self).items()):
+            if value is node:
+                self.__dict__.setdefault("_dependency_columns", {})[param] = list(names)
+
+    def parameter_columns(self, param: str) -> list[str]:
+        """The column names a parameter means: a name, a list of names, or a graph node (its
+        output columns, known once the workflow resolved the graph).
+
+        Example:
+            >>> from tabloader.ops import TargetEncoding, LambdaOp
+            >>> import numpy as np
+            >>> TargetEncoding(["y"]).parameter_columns("target")
+            ['y']
+        """
+        value = getattr(self, param)
+        if isinstance(value, Node):
+            bound = self.__dict__.get("_dependency_columns", {}).get(param)
+            if bound is None:
+                raise NotFittedError(f"{self.label}: the columns of {param}={value.describe()} are known once a "
+                                     "workflow resolves the graph (Workflow.fit)")
+            return list(bound)
+        return [value] if isinstance(value, str) else list(value)
+
+    def dependency_parameter(self, param: str) -> list[Any]:
+        """What :meth:`dependencies` lists for a column parameter: the node itself, or its names."""
+        value = getattr(self, param)
+        return [value] if isinstance(value, Node) else self.parameter_columns(param)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         """Schema of the output columns. By default each output keeps its input's schema."""
@@ -100,8 +132,15 @@ class Operator(metaclass=_OperatorType):
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments (JSON-serializable) that rebuild this operator."""
         params = inspect.signature(type(self).__init__).parameters
-        return {name: getattr(self, name) for name in params
+        return {name: self._config_value(name) for name in params
                 if name != "self" and params[name].kind not in (params[name].VAR_POSITIONAL, params[name].VAR_KEYWORD)}
+
+    def _config_value(self, param: str) -> Any:
+        """A parameter as saved: a graph node as the columns it gives once resolved (the saved
+        graph keeps the node itself as a parent of this operator's node)."""
+        value = getattr(self, param)
+        bound = self.__dict__.get("_dependency_columns", {}).get(param)
+        return bound if isinstance(value, Node) and bound is not None else value
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Operator":
@@ -156,6 +195,22 @@ class StatOperator(Operator):
             where = f" on {flatten_columns(columns)}" if columns is not None else ""
             raise NotFittedError(f"{self.label}{where} is not fitted: call Workflow.fit(dataset) before transform")
 
+    def fitted_entry(self, attribute: str, key: str, columns: Sequence[str]) -> Any:
+        """``self.<attribute>[key]``, what fit learnt for ``columns``; NotFittedError naming them if absent.
+
+        Example:
+            >>> from tabloader.ops import Categorify
+            >>> Categorify().fitted_entry("vocabularies_", "c", ["c"])
+            Traceback (most recent call last):
+            ...
+            tabloader.ops.base.NotFittedError: Categorify on ['c'] is not fitted: call Workflow.fit(dataset) ...
+        """
+        fitted = getattr(self, attribute, None)
+        if fitted is None or key not in fitted:
+            raise NotFittedError(f"{self.label} on {list(columns)} is not fitted: call Workflow.fit(dataset) "
+                                 "before transform")
+        return fitted[key]
+
     def check_fitted_on(self, columns: Sequence[str], fitted: Any) -> None:
         """Raise NotFittedError naming the ``columns`` missing from ``fitted`` (statistics by column).
 
@@ -189,11 +244,14 @@ class CachedLookups:
         return state
 
 
-def check_numeric(op: Operator, frame: Any, columns: Sequence[str]) -> None:
-    """Raise a TypeError naming the operator, column and dtype for non-numeric columns."""
+def check_numeric(op: Operator, frame: Any, columns: Sequence[str], allow_lists: bool = False) -> None:
+    """Raise a TypeError naming the operator, column and dtype for non-numeric columns; with
+    ``allow_lists`` (element-wise operators) a list column is checked by its elements."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
+    from tabloader.ops.elementwise import list_elements
+
     for col in columns:
-        dtype = frame[col].dtype
+        dtype = (list_elements(op, col, frame[col]) if allow_lists else frame[col]).dtype
         if not is_numeric_dtype(dtype) or is_bool_dtype(dtype):
             raise TypeError(f"{op.label} needs numeric columns, but column {col!r} has dtype {dtype}")

@@ -24,7 +24,8 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.encoding.lists import holds_lists
-from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric, group_name
+from tabloader.graph import Node
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric, group_name
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -96,8 +97,9 @@ class JoinGroupby(CachedLookups, StatOperator):
 
     Parameters
     ----------
-    cont_cols : list of str
-        Continuous columns to aggregate.
+    cont_cols : list of str, or a graph node
+        Continuous columns to aggregate: names of input columns, or a node whose outputs are
+        derived columns (``cont_cols=["x"] >> ops.LogOp``), as NVTabular allows.
     stats : list of str
         Among ``count, sum, mean, std, var, min, max``.
 
@@ -116,7 +118,8 @@ class JoinGroupby(CachedLookups, StatOperator):
                    "GPU once per process.")
 
     def __init__(self, cont_cols: Sequence[str] = (), stats: Sequence[str] = ("count",)) -> None:
-        self.cont_cols = list(cont_cols) if not isinstance(cont_cols, str) else [cont_cols]
+        self.cont_cols = cont_cols if isinstance(cont_cols, Node) else [cont_cols] if isinstance(cont_cols, str) \
+            else list(cont_cols)
         self.stats = list(stats) if not isinstance(stats, str) else [stats]
         bad = [s for s in self.stats if s not in STATS]
         if bad:
@@ -124,13 +127,18 @@ class JoinGroupby(CachedLookups, StatOperator):
         if not self.stats:
             raise ValueError("JoinGroupby needs at least one stat")
 
-    def dependencies(self) -> list[str]:
-        return list(self.cont_cols)
+    @property
+    def cont_names(self) -> list[str]:
+        """The continuous columns' names (``cont_cols`` may be a graph node: its output columns)."""
+        return self.parameter_columns("cont_cols")
+
+    def dependencies(self) -> list[Any]:
+        return self.dependency_parameter("cont_cols")
 
     def _generic_names(self) -> list[str]:
         """The outputs as columns of the fitted table (``count``, ``{cont}_{stat}``), in output order."""
         names = ["count"] if "count" in self.stats else []
-        return names + [f"{c}_{s}" for c in self.cont_cols for s in self.stats if s != "count"]
+        return names + [f"{c}_{s}" for c in self.cont_names for s in self.stats if s != "count"]
 
     def _names(self, prefix: str) -> list[str]:
         return [f"{prefix}_{generic}" for generic in self._generic_names()]
@@ -142,7 +150,7 @@ class JoinGroupby(CachedLookups, StatOperator):
     def _moments(self, codes: Any, rows: Any, ngroups: int, frame: Any) -> dict[str, Any]:
         xp = backend.array_lib(codes)
         out: dict[str, Any] = {"count": xp.bincount(codes, minlength=ngroups).astype(xp.int64)}
-        for c in self.cont_cols:
+        for c in self.cont_names:
             x = float_values(frame, c)
             x = x if rows is None else x[rows]
             ok = ~xp.isnan(x)
@@ -161,7 +169,7 @@ class JoinGroupby(CachedLookups, StatOperator):
         return out
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
-        check_numeric(self, frame, self.cont_cols)
+        check_numeric(self, frame, self.cont_names)
         enc = backend.encoding_for(frame)
         partial = {}
         for prefix, group in key_groups(columns):
@@ -201,7 +209,7 @@ class JoinGroupby(CachedLookups, StatOperator):
         xp = backend.array_lib(codes)
         counts = xp.concatenate([a["count"], b["count"]])
         out: dict[str, Any] = {"count": backend.encoding_for(counts).sum_int(codes, counts, ngroups)}
-        for c in self.cont_cols:
+        for c in self.cont_names:
             m = xp.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
             n = xp.bincount(codes, weights=n_i, minlength=ngroups)
@@ -243,7 +251,7 @@ class JoinGroupby(CachedLookups, StatOperator):
     def _table(self, g: Any, n: int) -> pd.DataFrame:
         """The output statistics (generic names ``count``, ``{cont}_{stat}``) of ``n`` groups."""
         out: dict[str, Any] = {"count": g["count"] if g is not None else np.zeros(n, np.int64)}
-        for c in self.cont_cols:
+        for c in self.cont_names:
             m = g[c] if g is not None else np.zeros((n, 5))
             cnt, mean, m2 = m[:, 0], m[:, 1], m[:, 2]
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -270,10 +278,7 @@ class JoinGroupby(CachedLookups, StatOperator):
         enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
-            if not hasattr(self, "stats_") or prefix not in self.stats_:
-                raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
-                                     "before transform")
-            table, null = self.stats_[prefix], self.null_stats_[prefix]
+            table, null = self.fitted_entry("stats_", prefix, group), self.null_stats_[prefix]
             lookup = cached_lookup(self, enc, prefix, table, self._key_columns(group))
             cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)

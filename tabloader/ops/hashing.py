@@ -44,14 +44,24 @@ def param_for(value: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def check_num_buckets(op: Any, num_buckets: Any, minimum: int, why: str = "") -> list[tuple[str | None, int]]:
+    """``(column or None, num_buckets)`` pairs of an int-or-dict parameter, each an integer >= ``minimum``.
+
+    Example:
+        >>> check_num_buckets(HashBucket(2), {"a": 3}, 2)
+        [('a', 3)]
+    """
+    items = num_buckets.items() if isinstance(num_buckets, Mapping) else [(None, num_buckets)]
+    for _, nb in items:
+        if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < minimum:
+            raise ValueError(f"{type(op).__name__}: num_buckets must be an integer >= {minimum}{why}, got {nb!r}")
+    return [(name, int(nb)) for name, nb in items]
+
+
 def _check_buckets(op: Any, num_buckets: Any, dtype: Any) -> None:
     """num_buckets must be integers >= 2 whose ids ``0 .. num_buckets - 1`` fit ``dtype``."""
     integer_dtype(op, dtype)
-    items = num_buckets.items() if isinstance(num_buckets, Mapping) else [(None, num_buckets)]
-    for name, nb in items:
-        if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 2:
-            raise ValueError(f"{type(op).__name__}: num_buckets must be an integer >= 2 (bucket 0 is for nulls), "
-                             f"got {nb!r}")
+    for name, nb in check_num_buckets(op, num_buckets, 2, " (bucket 0 is for nulls)"):
         where = "every column" if name is None else f"column {name!r}"
         check_id_range(op, f"{where} with num_buckets={nb}", int(nb) - 1, dtype,
                        "use a wider dtype or fewer buckets")

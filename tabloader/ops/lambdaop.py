@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from tabloader import backend
+from tabloader.graph import register_function_operator
 from tabloader.ops.base import Columns, Operator, flatten_columns
 from tabloader.schema import Schema
 
@@ -18,7 +19,7 @@ from tabloader.schema import Schema
 class LambdaOp(Operator):
     """Apply ``f(series)`` to each selected column (``f(series, frame)`` with a dependency).
 
-    Output columns keep their names, tags and properties.
+    Output columns keep their names, tags and properties. ``node >> f`` is ``node >> LambdaOp(f)``.
 
     Args:
         f: a module-level function of one column (a pandas or cuDF Series) returning a Series
@@ -29,6 +30,8 @@ class LambdaOp(Operator):
         label: the name shown for the operator (default: ``f``'s name).
         dtype: cast the outputs to this dtype (e.g. ``"float32"``).
         tags: tags added to the output columns.
+        properties: schema properties set on the output columns (JSON values, e.g.
+            ``{"domain": {"min": 0, "max": 9}}``), as NVTabular's ``LambdaOp(properties=...)``.
 
     Example:
         >>> import pandas as pd
@@ -37,12 +40,18 @@ class LambdaOp(Operator):
         ...     return col * 2
         >>> LambdaOp(double, dtype="int32").transform(["x"], pd.DataFrame({"x": [1, 2]}))["x"].tolist()
         [2, 4]
+        >>> from tabloader.ops import Clip
+        >>> from tabloader.workflow import Workflow
+        >>> wf = Workflow((["x"] >> Clip(min_value=0)) >> double, progress=False)
+        >>> wf.fit_transform(pd.DataFrame({"x": [-1, 2]}))["x"].tolist()
+        [0, 4]
     """
 
     device_note = "Runs where its function runs: on the GPU the function gets cuDF columns."
 
     def __init__(self, f: Callable[..., Any], dependency: str | Sequence[str] | None = None,
-                 label: str | None = None, dtype: Any = None, tags: Sequence[Any] | None = None) -> None:
+                 label: str | None = None, dtype: Any = None, tags: Sequence[Any] | None = None,
+                 properties: dict[str, Any] | None = None) -> None:
         if not callable(f):
             raise TypeError(f"LambdaOp needs a function, got {f!r}")
         self.f = f
@@ -50,6 +59,9 @@ class LambdaOp(Operator):
         self._label = label
         self.dtype = None if dtype is None else _dtype_name(dtype)
         self.tags = None if tags is None else [str(t) for t in ([tags] if isinstance(tags, str) else tags)]
+        if properties is not None and not isinstance(properties, dict):
+            raise TypeError(f"LambdaOp: properties must be a dict of schema properties, got {properties!r}")
+        self.properties = properties
 
     @property
     def label(self) -> str:
@@ -57,7 +69,7 @@ class LambdaOp(Operator):
 
     def get_config(self) -> dict[str, Any]:
         return {"f": self.f, "dependency": self.dependency, "label": self._label, "dtype": self.dtype,
-                "tags": self.tags}
+                "tags": self.tags, "properties": self.properties}
 
     def dependencies(self) -> list[str]:
         if self.dependency is None:
@@ -89,7 +101,12 @@ class LambdaOp(Operator):
         schema = super().compute_output_schema(input_schema, columns)
         if self.tags:
             schema = Schema(c.with_tags(*self.tags) for c in schema)
+        if self.properties:
+            schema = Schema(c.with_properties(**self.properties) for c in schema)
         return schema
+
+
+register_function_operator(LambdaOp)
 
 
 def _with_context(exc: Exception, message: str) -> Exception:

@@ -17,12 +17,14 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.ops.base import Columns, StatOperator, check_numeric, flatten_columns
+from tabloader.ops.elementwise import elementwise, holds_list_columns, list_elements
 from tabloader.schema import Tags
 
 
 def finite_values(series: Any) -> Any:
-    """The finite values of a numeric column as a float64 numpy/CuPy array (nulls dropped)."""
-    x = backend.column_values(series, "float64")
+    """The finite values of a numeric column (of its elements, for a list column) as a float64
+    numpy/CuPy array (nulls dropped)."""
+    x = backend.column_values(list_elements("finite_values", series.name, series), "float64")
     xp = backend.array_lib(x)
     finite = xp.isfinite(x)
     return x if bool(finite.all()) else x[finite]
@@ -89,7 +91,7 @@ class Normalize(StatOperator):
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int, float, float]]:
         cols = flatten_columns(columns)
-        check_numeric(self, frame, cols)
+        check_numeric(self, frame, cols, allow_lists=True)
         stats = {}
         for col in cols:
             v = finite_values(frame[col])
@@ -118,7 +120,9 @@ class Normalize(StatOperator):
         self.check_is_fitted(columns)
         cols = flatten_columns(columns)
         self.check_fitted_on(cols, self.means_)
-        check_numeric(self, frame, cols)
+        check_numeric(self, frame, cols, allow_lists=True)
+        if holds_list_columns(frame, cols):  # element-wise, lists kept
+            return elementwise(self, frame, cols, self.transform_values)
         out = {c: self.transform_values(c, backend.numeric_values(frame[c])) for c in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
 
@@ -179,7 +183,7 @@ class NormalizeMinMax(StatOperator):
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[float, float]]:
         cols = flatten_columns(columns)
-        check_numeric(self, frame, cols)
+        check_numeric(self, frame, cols, allow_lists=True)
         stats = {}
         for col in cols:
             v = finite_values(frame[col])
@@ -201,7 +205,9 @@ class NormalizeMinMax(StatOperator):
         self.check_is_fitted(columns)
         cols = flatten_columns(columns)
         self.check_fitted_on(cols, self.mins_)
-        check_numeric(self, frame, cols)
+        check_numeric(self, frame, cols, allow_lists=True)
+        if holds_list_columns(frame, cols):  # element-wise, lists kept
+            return elementwise(self, frame, cols, self.transform_values)
         out = {c: self.transform_values(c, backend.numeric_values(frame[c])) for c in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
 

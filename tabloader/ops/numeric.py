@@ -14,6 +14,7 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.ops.base import Columns, Operator, check_numeric, flatten_columns
+from tabloader.ops.elementwise import elementwise, holds_list_columns
 from tabloader.schema import Schema, Tags
 
 
@@ -38,7 +39,9 @@ class LogOp(Operator):
 
     def transform(self, columns: Columns, frame: Any) -> Any:
         cols = flatten_columns(columns)
-        check_numeric(self, frame, cols)
+        check_numeric(self, frame, cols, allow_lists=True)
+        if holds_list_columns(frame, cols):  # element-wise, lists kept
+            return elementwise(self, frame, cols, self.transform_values)
         out = {col: self.transform_values(col, backend.numeric_values(frame[col])) for col in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
 
@@ -200,7 +203,9 @@ class Bucketize(Operator):
 
     def transform(self, columns: Columns, frame: Any) -> Any:
         cols = flatten_columns(columns)
-        check_numeric(self, frame, cols)
+        check_numeric(self, frame, cols, allow_lists=True)
+        if holds_list_columns(frame, cols):  # element-wise, lists kept
+            return elementwise(self, frame, cols, self.transform_values)
         out = {col: self.transform_values(col, backend.numeric_values(frame[col])) for col in cols}
         return backend.frame_from_columns(out, frame.index, like=frame)
 

@@ -16,7 +16,9 @@ class Filter(Operator):
     """Keep the rows where ``f(frame)`` is True.
 
     ``f`` receives the selected columns as a DataFrame and returns a boolean mask (a Series
-    on the same index, or an array) with one entry per row. It is saved with the workflow as
+    on the same index, or an array) with one entry per row, or the kept rows as a DataFrame
+    (as NVTabular's ``Filter`` allows: its index must be labels of the input's rows, and it
+    must hold the selected columns; a TypeError or ValueError says what is wrong). It is saved with the workflow as
     ``module:qualname``: use a named module-level function, not a lambda, and pass it to
     ``Workflow.load(path, trusted=[f])`` when loading (load never imports a function by name).
 
@@ -26,6 +28,10 @@ class Filter(Operator):
         >>> def positive(df):
         ...     return df["x"] > 0
         >>> Filter(positive).transform(["x"], pd.DataFrame({"x": [-1, 2, 3]}))["x"].tolist()
+        [2, 3]
+        >>> def top_two(df):
+        ...     return df.nlargest(2, "x")
+        >>> Filter(top_two).transform(["x"], pd.DataFrame({"x": [-1, 2, 3]}))["x"].tolist()
         [2, 3]
     """
 
@@ -45,6 +51,8 @@ class Filter(Operator):
     def transform(self, columns: Columns, frame: Any) -> Any:
         selected = frame[flatten_columns(columns)]
         mask = self.f(selected)
+        if getattr(mask, "ndim", None) == 2:
+            return self._kept_rows(selected, mask)
         dtype = getattr(mask, "dtype", None)
         if getattr(mask, "ndim", None) != 1 or len(mask) != len(selected) or str(dtype) not in ("bool", "boolean"):
             raise TypeError(f"{self.label} must return a boolean mask with one entry per row ({len(selected)}); "
@@ -52,6 +60,18 @@ class Filter(Operator):
         if str(dtype) == "boolean":  # nullable: a null keeps nothing
             mask = mask.fillna(False).astype(bool)
         return selected[mask]
+
+
+    def _kept_rows(self, selected: Any, kept: Any) -> Any:
+        """The rows of ``selected`` that the frame ``kept`` (what ``f`` returned) holds, in input order."""
+        missing = [c for c in selected.columns if c not in kept.columns]
+        if missing:
+            raise ValueError(f"{self.label} returned a DataFrame without the selected column(s) {missing}")
+        inside = kept.index.isin(selected.index)
+        if not bool(inside.all()) or kept.index.has_duplicates:
+            raise ValueError(f"{self.label} returned a DataFrame whose index is not a subset of the input rows' "
+                             "labels (each at most once): return rows of the frame it gets, e.g. df[mask]")
+        return selected[selected.index.isin(kept.index)]
 
 
 class Dropna(Operator):

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader import backend
-from tabloader.ops.base import CachedLookups, Columns, NotFittedError, StatOperator, check_numeric
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric
 from tabloader.ops.groupby import cached_lookup, cached_values, float_values, key_groups, normalize_keys
 from tabloader.schema import ColumnSchema, Schema, Tags
 
@@ -71,8 +71,9 @@ class TargetEncoding(CachedLookups, StatOperator):
 
     Parameters
     ----------
-    target : str or list of str
-        Target column(s), numeric.
+    target : str or list of str, or a graph node
+        Target column(s), numeric: names of input columns, or a node whose outputs are derived
+        columns (``target=["clicks"] >> ops.LambdaOp(is_positive)``), as NVTabular allows.
     kfold : int
         Number of folds (1: no folds, every row gets the full-data encoding).
     p_smooth : float
@@ -113,10 +114,10 @@ class TargetEncoding(CachedLookups, StatOperator):
 
     @property
     def targets(self) -> list[str]:
-        return [self.target] if isinstance(self.target, str) else list(self.target)
+        return self.parameter_columns("target")
 
-    def dependencies(self) -> list[str]:
-        return self.targets
+    def dependencies(self) -> list[Any]:
+        return self.dependency_parameter("target")
 
     def output_column_names(self, columns: Columns) -> list[str]:
         return [f"TE_{prefix}_{t}" for prefix, _ in key_groups(columns) for t in self.targets]
@@ -226,10 +227,7 @@ class TargetEncoding(CachedLookups, StatOperator):
         enc = backend.encoding_for(frame)
         out: dict[str, Any] = {}
         for prefix, group in key_groups(columns):
-            if not hasattr(self, "stats_") or prefix not in self.stats_:
-                raise NotFittedError(f"{self.label} on {list(group)} is not fitted: call Workflow.fit(dataset) "
-                                     "before transform")
-            table = self.stats_[prefix]
+            table = self.fitted_entry("stats_", prefix, group)
             lookup = cached_lookup(self, enc, prefix, table, [c for c in table.columns if c.startswith("__key_")])
             cols = normalize_keys(self, enc, group, frame)
             pos = lookup.positions(cols)

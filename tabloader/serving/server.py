@@ -139,7 +139,9 @@ def _check_numeric_outputs(schema: Any) -> None:
 def _to_torch(arrays: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from tabloader import backend
+
     def tensor(a: np.ndarray) -> Any:
-        return torch.from_numpy(a if a.flags.writeable else a.copy())
+        return torch.from_numpy(backend.exportable(a))
 
     return {k: tuple(tensor(x) for x in v) if isinstance(v, tuple) else tensor(v) for k, v in arrays.items()}

@@ -166,7 +166,9 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         data: a :class:`tabloader.Dataset` (or a path), or a ready :class:`tabloader.Loader`.
         batch_size, shuffle, seed, device: as for :class:`tabloader.Loader` (ignored but
             ``batch_size`` checked when ``data`` is a Loader).
-        ragged: list columns as ``tf.RaggedTensor`` (default) or ``(values, offsets)`` tensors.
+        ragged: list columns as ``tf.RaggedTensor`` (default) or ``(values, offsets)`` tensors;
+            the columns named in the loader argument ``lists=`` come as dense ``(batch, pad_to)``
+            tensors instead (padded and truncated as asked, see :class:`tabloader.Loader`).
         workers, use_multiprocessing, max_queue_size: ``keras.utils.PyDataset`` arguments. The
             loader already reads and shuffles on its own background thread and serves batches
             in stream order, so ``workers`` is 0 or 1 (more threads would only wait on each
@@ -174,7 +176,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
             epoch, which mixes two loader epochs under ``steps_per_epoch``);
             ``use_multiprocessing`` is not supported.
         **loader_kwargs: ``categorical``, ``continuous``, ``target``, ``drop_last``,
-            ``buffer_size``, ``global_rank``, ``global_size``... passed to the Loader.
+            ``buffer_size``, ``global_rank``, ``global_size``, ``lists``... passed to the Loader.
 
     It is a stream, not an indexable array: within an epoch, the *k*-th distinct batch index
     Keras asks for gets the *k*-th batch of the loader's epoch. When Keras asks in order
@@ -337,7 +339,9 @@ def _output_signature(loader: Any, ragged: bool = True) -> tuple:
     layout = loader.layout
     features: dict[str, Any] = {}
     for name in layout.features:
-        if name in layout.lists:
+        if name in layout.padded:
+            features[name] = tf.TensorSpec([None, layout.padded[name].pad_to], tf.as_dtype(layout.lists[name]))
+        elif name in layout.lists:
             dtype = tf.as_dtype(layout.lists[name])
             if ragged:
                 features[name] = tf.RaggedTensorSpec([None, None], dtype, ragged_rank=1, row_splits_dtype=tf.int64)

@@ -17,11 +17,14 @@ from tabloader.torch.layers import (
     configs_from_schema,
     suggested_embedding_dim,
 )
+from tabloader.torch.jagged import KeyedJaggedBatch, keyed_jagged
 from tabloader.torch.loader import Loader
 from tabloader.torch.offload import OffloadedEmbeddingCollection, bytes_per_row, hot_rows_for_budget
 
 __all__ = [
     "Loader",
+    "KeyedJaggedBatch",
+    "keyed_jagged",
     "EmbeddingConfig",
     "configs_from_schema",
     "suggested_embedding_dim",

@@ -19,13 +19,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
 
 from tabloader import backend
 from tabloader import loader as core
+from tabloader.torch.jagged import keyed_jagged
 
 __all__ = ["Loader"]
 
@@ -43,16 +44,32 @@ class Loader(torch.utils.data.IterableDataset):
 
     ``len(loader)`` is the number of batches per epoch. ``state_dict()`` / ``load_state_dict()``
     resume mid-epoch.
+
+    Output forms (``output=``):
+
+    * ``"dict"`` (default): ``(features, target)``, ``features`` column -> tensor (list columns
+      ``(values, offsets)``, or ``(B, pad_to)`` with ``lists=``).
+    * ``"jagged"``: ``(sparse, dense, target)`` for TorchRec-style models: ``sparse`` holds every
+      categorical feature (single-hot and list columns together, in feature order) as one
+      keyed jagged batch (:func:`tabloader.torch.jagged.keyed_jagged`: a
+      ``torchrec.KeyedJaggedTensor`` when torchrec is importable, else a
+      :class:`~tabloader.torch.jagged.KeyedJaggedBatch`), ``dense`` maps the other features to
+      their tensors (``torch.stack(list(dense.values()), 1)`` is DLRM's dense input).
+      ``sparse_weights={"items": "item_weights"}`` gives the values of ``items`` the weights of
+      the list column ``item_weights`` (then left out of ``dense``).
     """
 
     def __init__(self, dataset: Any, batch_size: int, *, device: Any = "cpu", global_rank: int | None = None,
-                 global_size: int | None = None, **kwargs: Any) -> None:
+                 global_size: int | None = None, output: str = "dict", sparse_weights: Mapping[str, str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__()
         self.device = torch.device(device)
         if global_rank is None and global_size is None and _distributed():
             global_rank, global_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         self.loader = core.Loader(dataset, batch_size, device=backend.array_device(self.device),
                                   global_rank=global_rank, global_size=global_size, **kwargs)
+        self.output, self.sparse_weights = output, sparse_weights
+        self.sparse_keys = _sparse_keys(self.loader.layout, output, sparse_weights)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -64,8 +81,14 @@ class Loader(torch.utils.data.IterableDataset):
                                "DataLoader(loader, batch_size=None, num_workers=0); worker processes would each "
                                "yield the whole epoch")
         for features, target in self.loader:
-            yield ({name: self._convert(value) for name, value in features.items()},
-                   None if target is None else self._tensor(target))
+            features = {name: self._convert(value) for name, value in features.items()}
+            target = None if target is None else self._tensor(target)
+            if self.output == "dict":
+                yield features, target
+                continue
+            sparse = keyed_jagged(features, self.sparse_keys, self.sparse_weights)
+            skip = {*self.sparse_keys, *(self.sparse_weights or {}).values()}
+            yield sparse, {name: value for name, value in features.items() if name not in skip}, target
 
     def _convert(self, value: Any) -> Any:
         if isinstance(value, tuple):  # list column: (values, offsets)
@@ -73,9 +96,7 @@ class Loader(torch.utils.data.IterableDataset):
         return self._tensor(value)
 
     def _tensor(self, array: Any) -> torch.Tensor:
-        if isinstance(array, np.ndarray) and not array.flags.writeable:
-            array = array.copy()  # read-only arrays (arrow memory) cannot be exported by DLPack
-        tensor = torch.from_dlpack(array)
+        tensor = torch.from_dlpack(backend.exportable(array))
         return tensor if tensor.device == self.device else tensor.to(self.device, non_blocking=True)
 
     # --- delegated --------------------------------------------------------------------------
@@ -106,6 +127,34 @@ class Loader(torch.utils.data.IterableDataset):
 
     def __repr__(self) -> str:
         return f"tabloader.torch.{self.loader!r}"[:-1] + f", torch_device={str(self.device)!r})"
+
+
+def _sparse_keys(layout: core.ColumnLayout, output: str, weights: Mapping[str, str] | None) -> list[str]:
+    """The keys of the keyed jagged batch for ``output="jagged"`` (checked against the layout)."""
+    if output not in ("dict", "jagged"):
+        raise ValueError(f"output must be 'dict' or 'jagged', got {output!r}")
+    if output == "dict":
+        if weights is not None:
+            raise ValueError("sparse_weights= needs output='jagged'")
+        return []
+    keys = list(layout.categorical)
+    if not keys:
+        raise ValueError("output='jagged' needs categorical features (tag them CATEGORICAL or pass categorical=)")
+    for key in keys:
+        dtype = layout.lists.get(key) or layout.where(key)[0]
+        if np.dtype(dtype).kind not in "iu":
+            raise ValueError(f"output='jagged': categorical feature {key!r} has dtype {dtype}; sparse features "
+                             "must be integer ids (encode it with Categorify)")
+        if key in layout.padded:
+            raise ValueError(f"output='jagged': categorical feature {key!r} is padded by lists=; a keyed jagged "
+                             "batch takes it as it is (drop it from lists=)")
+    for key, column in (weights or {}).items():
+        if key not in keys:
+            raise ValueError(f"sparse_weights[{key!r}]: {key!r} is not a categorical feature; sparse keys: {keys}")
+        if column not in layout.lists or column in layout.padded or column not in layout.features:
+            raise ValueError(f"sparse_weights[{key!r}]: {column!r} must be a list feature of the loader "
+                             "(continuous=[...]), not padded")
+    return keys
 
 
 def _distributed() -> bool:

@@ -39,6 +39,7 @@ from torch import nn
 from tabloader.torch import dispatch
 from tabloader.torch.config import EmbeddingConfig, check_configs
 from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
+from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts
 from tabloader.torch.reference import OPTIMIZERS, LookupPlan
 
 __all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output"]
@@ -112,6 +113,16 @@ class TableBatchedCollection(nn.Module):
         feat_off = [self.table_offsets[c.name] for c in self._feature_cfg]
         self.register_buffer("_feature_offsets", torch.tensor(feat_off, dtype=torch.int64, device=device),
                              persistent=False)
+        # per feature, for keyed jagged batches: the padding id (-1: none) and whether bags are means
+        pads = [-1 if c.padding_idx is None else c.padding_idx for c in self._feature_cfg]
+        self.register_buffer("_feature_padding", torch.tensor(pads, dtype=torch.int64, device=device),
+                             persistent=False)
+        means = [c.pooling == "mean" for c in self._feature_cfg]
+        self._padding_id = pads[0] if len(set(pads)) == 1 else None  # one padding id for all: no gather
+        rows = [c.num_embeddings for c in self._feature_cfg]
+        self.register_buffer("_feature_rows", torch.tensor(rows, dtype=torch.int64, device=device), persistent=False)
+        self._any_mean, self._all_mean = any(means), all(means)
+        self.register_buffer("_feature_mean", torch.tensor(means, dtype=torch.bool, device=device), persistent=False)
 
     def _new_states(self, rows: int, initial_accumulator_value: float, **factory: Any) -> list[torch.Tensor]:
         """The optimizer's fresh state for ``rows`` rows, one tensor per name of :data:`STATE_NAMES`."""
@@ -148,8 +159,16 @@ class TableBatchedCollection(nn.Module):
     def _update(self, prepared: Any, grad: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def plan(self, features: Mapping[str, Any]) -> LookupPlan:
-        """Validate the batch's ids and flatten them into one :class:`LookupPlan`."""
+    def plan(self, features: Any) -> LookupPlan:
+        """Validate the batch's ids and flatten them into one :class:`LookupPlan`.
+
+        ``features`` is the loader's feature dict, or a keyed jagged batch
+        (:class:`~tabloader.torch.jagged.KeyedJaggedBatch` or ``torchrec.KeyedJaggedTensor``),
+        whose values already lie in the plan's order when its keys are this collection's
+        features in order (else each feature is taken from it by key).
+        """
+        if is_keyed_jagged(features):
+            return self._jagged_plan(features)
         device = self._parameter.device
         parts = []
         batch = None
@@ -209,6 +228,73 @@ class TableBatchedCollection(nn.Module):
         torch.cumsum(lens_all, 0, out=csr[1:])
         return LookupPlan(torch.cat(rows), batch, n_feat, torch.cat(bags), torch.cat(scales), csr)
 
+    def _jagged_plan(self, batch: Any) -> LookupPlan:
+        """The plan of a keyed jagged batch: its key-major values are the plan's feature-major
+        entries and its offsets the plan's CSR, so no tensor is restacked per feature."""
+        keys, values, offsets, weights, batch_size = jagged_parts(batch)
+        if keys != self.features:
+            return self.plan({f: jagged_feature(batch, f) for f in self.features if f in keys})
+        device, n_feat = self._parameter.device, len(keys)
+        if values.device != device:
+            raise ValueError(f"the keyed jagged batch is on {values.device}, the embedding weights on {device}")
+        if values.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"keyed jagged batch: values must be int64 or int32 (encoded category ids), got {values.dtype}")
+        if offsets.numel() != n_feat * batch_size + 1:
+            raise ValueError(f"keyed jagged batch: {offsets.numel()} offsets for {n_feat} keys x stride {batch_size}; "
+                             f"expected {n_feat * batch_size + 1}")
+        offsets, n = offsets.to(torch.int64), values.numel()
+        if weights is None and n == n_feat * batch_size:  # perhaps single-hot columns only
+            plan = self._jagged_single_hot_plan(values, offsets, batch_size)
+            if plan is not None:
+                return plan
+        feature = _key_of_values(offsets, n_feat, batch_size, n)
+        if self.validate_indices:
+            self._validate_jagged(values, offsets, feature)
+        bag = torch.repeat_interleave(torch.arange(n_feat * batch_size, device=device), offsets.diff(), output_size=n)
+        padding = self._padding_id if self._padding_id is not None else self._feature_padding[feature]
+        keep = (values != padding).float()
+        if weights is not None:
+            keep = keep * weights.to(torch.float32)
+        scale = keep
+        if self._any_mean:
+            count = torch.zeros(n_feat * batch_size, dtype=torch.float32, device=device).index_add_(0, bag, keep)
+            scale = keep / count.clamp(min=1.0).index_select(0, bag)
+            if not self._all_mean:
+                scale = torch.where(self._feature_mean[feature], scale, keep)
+        rows = values.to(torch.int64) + self._feature_offsets[feature]
+        return LookupPlan(rows, batch_size, n_feat, (bag - feature * batch_size) * n_feat + feature, scale, offsets)
+
+    def _jagged_single_hot_plan(self, values: torch.Tensor, offsets: torch.Tensor, batch_size: int) -> LookupPlan | None:
+        """The single-hot plan (one transpose of the ``(F, B)`` values) when every list has
+        length 1, else None; the ids are checked in the same synchronization."""
+        ids = values.to(torch.int64).view(len(self.features), batch_size)
+        ragged = (offsets[0] != 0) | (offsets.diff() != 1).any()
+        if self.validate_indices:
+            lo, hi = torch.aminmax(ids, dim=1)
+            stats = torch.cat([ragged[None].to(torch.int64), lo, hi]).tolist()
+            if stats[0]:
+                return None
+            for feat, cfg, a, b in zip(self.features, self._feature_cfg, stats[1:], stats[1 + len(self.features):]):
+                check_id_bounds(a, b, feat, cfg)
+        elif bool(ragged):
+            return None
+        return LookupPlan((ids + self._feature_offsets[:, None]).t().reshape(-1), batch_size, len(self.features))
+
+    def _validate_jagged(self, values: torch.Tensor, offsets: torch.Tensor, feature: torch.Tensor) -> None:
+        """Every id inside its key's table and well-formed offsets, with one synchronization (a
+        second one, on error only, finds the table and the value to name)."""
+        ids = values.to(torch.int64)
+        out_of_range = ((ids < 0) | (ids >= self._feature_rows[feature])).any()
+        bad = (offsets[0] != 0) | (offsets[-1] != ids.numel()) | (offsets.diff() < 0).any()
+        out_of_range, bad, last = torch.stack([out_of_range.to(torch.int64), bad.to(torch.int64), offsets[-1]]).tolist()
+        if bad:
+            raise ValueError(f"keyed jagged batch: offsets must start at 0, be non-decreasing and end at "
+                             f"len(values)={ids.numel()} (last offset is {last})")
+        for f, (feat, cfg) in enumerate(zip(self.features, self._feature_cfg) if out_of_range else ()):
+            mine = ids[feature == f]
+            if mine.numel():
+                check_id_bounds(int(mine.min()), int(mine.max()), feat, cfg)
+
     def _validate(self, parts: list) -> None:
         stats, owners = [], []
         for i, (feat, cfg, ids, offsets) in enumerate(parts):
@@ -264,6 +350,16 @@ class TableBatchedCollection(nn.Module):
         dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
                         optimizer=self.optimizer, lr=self.lr, eps=self.eps, betas=self.betas, step=self.step,
                         chunk_size=self.chunk_size)
+
+
+def _key_of_values(offsets: torch.Tensor, n_keys: int, batch_size: int, n: int) -> torch.Tensor:
+    """The key index of each of the ``n`` values of a keyed jagged batch (key-major): a cumulative
+    count of the key starts passed, so that malformed offsets give wrong keys (that validation
+    then reports), never an error or an out-of-range index."""
+    starts = offsets[batch_size:n_keys * batch_size:batch_size] if batch_size else offsets[:0]
+    marks = torch.zeros(n + 1, dtype=torch.int64, device=offsets.device)
+    marks.index_add_(0, starts.clamp(0, n), torch.ones_like(starts))
+    return marks[:n].cumsum(0).clamp_(max=n_keys - 1)
 
 
 class _UpdateInBackward(torch.autograd.Function):

@@ -1,14 +1,14 @@
 """Hashes of normalized columns (the bits are :mod:`tabloader.backend`'s, identical on the GPU).
 
 * integers (any width, signed or unsigned, nullable or not; booleans as 0/1):
-  ``splitmix64(int64 value)`` (:func:`tabloader.backend.hash_int64`);
+  ``splitmix64(int64 value)`` (:func:`tabloader.hashes.hash_int64`);
 * floats: an integral value hashes as that integer (so ``3.0`` and ``3`` agree, and a CSV
   column read as float64 hashes like the same column read as Int64); a non-integral value
   hashes as ``splitmix64(its float64 bits)``;
-* strings: ``splitmix64(FNV-1a-64(UTF-8 bytes))`` (:func:`tabloader.backend.hash_strings`),
+* strings: ``splitmix64(FNV-1a-64(UTF-8 bytes))`` (:func:`tabloader.hashes.hash_strings`),
   computed on the unique values of a partition only;
 * crosses of several columns: ``h = h_1``, then ``h = splitmix64(h * 31 + h_i)`` for each
-  further column (:func:`tabloader.backend.hash_combine`); a null component takes the fixed
+  further column (:func:`tabloader.hashes.hash_combine`); a null component takes the fixed
   hash :data:`~tabloader.encoding.contract.NULL_HASH`.
 """
 

@@ -1,6 +1,6 @@
 """Hashes of normalized columns on the device: the bits of :mod:`tabloader.encoding.cpu.hashing`.
 
-Integers and floats go through :func:`tabloader.backend.hash_int64` (splitmix64 as CuPy array
+Integers and floats go through :func:`tabloader.hashes.hash_int64` (splitmix64 as CuPy array
 arithmetic, the same code as on numpy). Strings are hashed by one CuPy kernel, a thread per
 distinct string, running FNV-1a-64 over the UTF-8 bytes between the string's offsets in the
 cuDF column's chars and finishing with splitmix64 -- the CPU's ``backend.hash_strings``.
@@ -64,7 +64,7 @@ def string_buffers(strings: Any) -> tuple[Any, Any]:
 
 def hash_strings(strings: Any) -> Any:
     """uint64 hashes ``splitmix64(FNV-1a-64(UTF-8 bytes))`` of a cuDF string Series without nulls,
-    computed on the device: the bits of :func:`tabloader.backend.hash_strings`."""
+    computed on the device: the bits of :func:`tabloader.hashes.hash_strings`."""
     cp = backend.cupy()
     n = len(strings)
     out = cp.empty(n, dtype=cp.uint64)

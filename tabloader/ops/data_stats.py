@@ -1,0 +1,103 @@
+"""DataStats: per-column statistics of the data flowing through a graph (NVTabular's ``DataStats``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+from pandas.api.types import is_bool_dtype, is_float_dtype, is_numeric_dtype
+
+from tabloader import backend
+from tabloader.ops.base import Columns, StatOperator, flatten_columns
+from tabloader.ops.elementwise import list_elements
+from tabloader.ops.normalize import _chan, finite_values
+
+
+class DataStats(StatOperator):
+    """Collect per-column statistics at fit; the data passes through unchanged.
+
+    For each selected column (a list column: over its elements), ``stats_[column]`` holds
+    ``dtype``, ``rows``, ``nulls`` and ``null_fraction`` (nulls and NaN over rows or elements);
+    numeric columns add ``min``, ``max``, ``mean`` and ``std`` (sample, ddof=1, as pandas) of
+    the finite values; integer, boolean and string columns add ``cardinality``, the exact
+    number of distinct non-null values (counted with the categorical encoding module, merged
+    across partitions). Statistics that do not apply, or have no value, are None.
+    :meth:`to_frame` gives them as a DataFrame, one row per column.
+
+    Example:
+        >>> import pandas as pd, tabloader as tl
+        >>> op = DataStats()
+        >>> frame = pd.DataFrame({"c": ["a", "b", "a", None], "x": [1.0, 2.0, None, 3.0]})
+        >>> _ = tl.Workflow(["c", "x"] >> op, progress=False).fit(frame)
+        >>> op.stats_["c"]["cardinality"], op.stats_["x"]["mean"], op.stats_["x"]["null_fraction"]
+        (2, 2.0, 0.25)
+    """
+
+    device_note = ("Counts distinct values with the categorical encoding module and moments with numpy/CuPy; "
+                   "only the small statistics leave the device.")
+
+    def fit_partial(self, columns: Columns, frame: Any) -> dict[str, dict[str, Any]]:
+        enc = backend.encoding_for(frame)
+        stats = {}
+        for col in flatten_columns(columns):
+            values = list_elements(self, col, frame[col])
+            numeric = is_numeric_dtype(values.dtype) and not is_bool_dtype(values.dtype)
+            part: dict[str, Any] = {"dtype": str(frame[col].dtype), "rows": int(len(values)),
+                                    "nulls": int(values.isna().sum()), "moments": None, "extremes": None,
+                                    "counts": None}
+            if numeric:
+                finite = finite_values(values)
+                n = int(finite.size)
+                mean = float(finite.mean()) if n else 0.0
+                part["moments"] = (n, mean, float(((finite - mean) ** 2).sum()) if n else 0.0)
+                part["extremes"] = (float(finite.min()), float(finite.max())) if n else None
+            if not is_float_dtype(values.dtype):  # integers, booleans, strings: distinct values are counted
+                normalized = enc.normalize_column(self, col, values)
+                part["counts"] = enc.count_values([normalized], normalized.mask)
+            stats[col] = part
+        return stats
+
+    def merge(self, left: dict, right: dict) -> dict:
+        return {c: self._merge_one(c, left[c], right[c]) for c in left}
+
+    def _merge_one(self, col: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        out = {"dtype": a["dtype"], "rows": a["rows"] + b["rows"], "nulls": a["nulls"] + b["nulls"]}
+        out["moments"] = _chan(a["moments"], b["moments"]) if a["moments"] and b["moments"] else \
+            a["moments"] or b["moments"]
+        ext = [e for e in (a["extremes"], b["extremes"]) if e is not None]
+        out["extremes"] = (min(e[0] for e in ext), max(e[1] for e in ext)) if ext else None
+        if a["counts"] is None or b["counts"] is None:
+            out["counts"] = a["counts"] if b["counts"] is None else b["counts"]
+        else:
+            out["counts"] = backend.encoding_for(a["counts"]["counts"]).merge_counts(a["counts"], b["counts"], self, col)
+        return out
+
+    def finalize(self, columns: Columns, merged: dict) -> None:
+        self.stats_ = {col: _summary(part) for col, part in merged.items()}
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        return frame[flatten_columns(columns)]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The statistics as a DataFrame, one row per column (index: the column names)."""
+        self.check_is_fitted()
+        return pd.DataFrame.from_dict(self.stats_, orient="index")
+
+    def get_state(self) -> dict[str, Any]:
+        return {"stats": self.stats_} if self.is_fitted else {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "stats" in state:
+            self.stats_ = {c: dict(s) for c, s in state["stats"].items()}
+
+
+def _summary(part: dict[str, Any]) -> dict[str, Any]:
+    """The finalized statistics of one column (JSON values; None where a statistic has no value)."""
+    rows, nulls = part["rows"], part["nulls"]
+    n, mean, m2 = part["moments"] or (0, None, 0.0)
+    low, high = part["extremes"] or (None, None)
+    return {"dtype": part["dtype"], "rows": rows, "nulls": nulls, "null_fraction": nulls / rows if rows else None,
+            "cardinality": None if part["counts"] is None else int(len(part["counts"]["counts"])),
+            "min": low, "max": high, "mean": mean if n else None,
+            "std": math.sqrt(m2 / (n - 1)) if n > 1 else None}
