@@ -160,7 +160,7 @@ def _remove_quietly(fs: Any, path: str) -> None:
         pass
 
 
-# --- temporaries left by killed writers ---------------------------------------------------------
+# Temporaries left by killed writers.
 def _owner_tag() -> str:
     """``SPACE-PID-START`` of this process (see the module's docstring)."""
     pid = os.getpid()  # not cached: a forked child is another writer

@@ -41,7 +41,7 @@ from tabloader import backend
 BOTH_DEVICES = frozenset({"cpu", "cuda"})
 
 
-# --- list columns ---------------------------------------------------------------------------
+# List columns.
 @dataclasses.dataclass
 class ListLayout:
     """A list column taken apart: ``offsets`` (int64, one more than the rows) index into
@@ -213,7 +213,7 @@ def nullable_integers(series: Any) -> bool:
     return backend.is_gpu_object(series) or not isinstance(series.dtype, np.dtype)
 
 
-# --- statistics leaving the device ----------------------------------------------------------
+# Statistics leaving the device.
 def stats_to_host(value: Any) -> Any:
     """Small fitted statistics on the host: a CuPy array as numpy, a cuDF Series/DataFrame as
     pandas; host values as they are. Only ``finalize`` (and sketches of partitions, which hold
@@ -230,7 +230,7 @@ def stats_to_host(value: Any) -> Any:
     return backend.cupy().asnumpy(value)
 
 
-# --- where operators run --------------------------------------------------------------------
+# Where operators run.
 def runs_on(op: Any) -> frozenset:
     """The devices ``op`` takes data on: its ``runs_on`` declaration (both when it has none)."""
     return frozenset(getattr(op, "runs_on", BOTH_DEVICES))

@@ -44,9 +44,7 @@ ROWS_PER_FILE = 250_000
 MIN_ROWS = 2000  # fewer leave too few rows for a meaningful train/validation split
 
 
-# --------------------------------------------------------------------------------------------
-# stages
-# --------------------------------------------------------------------------------------------
+# Stages.
 def generate(path: str, rows: int, seed: Any, quiet: bool = False, desc: str = "generate") -> str:
     """Write ``rows`` synthetic Criteo rows to ``path`` (parquet files of <= 250K rows)."""
     from tqdm.auto import tqdm
@@ -215,9 +213,7 @@ def predict(model: Any, loader: Any, device: Any, quiet: bool = False) -> tuple[
     return np.concatenate(ys), np.concatenate(ps)
 
 
-# --------------------------------------------------------------------------------------------
-# the pipeline
-# --------------------------------------------------------------------------------------------
+# The pipeline.
 @contextlib.contextmanager
 def _quiet_warnings(quiet: bool) -> Iterator[None]:
     with warnings.catch_warnings():

@@ -43,7 +43,7 @@ class UntrustedError(ValueError):
     """A saved workflow names an operator class that is not registered or a function that is not trusted."""
 
 
-# --- operator classes ---------------------------------------------------------------------------
+# Operator classes.
 _OPERATORS: dict[str, type] = {}  # saved name -> class
 _NAMES: dict[type, str] = {}      # class -> the name it is saved under
 
@@ -130,7 +130,7 @@ for _name in ops.__all__:
         register_operator(_cls)
 
 
-# --- functions ----------------------------------------------------------------------------------
+# Functions.
 def function_name(fn: Callable, where: str = "") -> str:
     """The ``"module:qualname"`` a function is saved as; ``ValueError`` (with the reason) if it
     could not be found again by that name: a lambda, a closure or nested function, a

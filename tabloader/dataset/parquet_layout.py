@@ -34,7 +34,7 @@ def read_footer(path: str, fs: Any) -> Any:
         raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
 
 
-# --- hive partition keys ------------------------------------------------------------------------
+# Hive partition keys.
 def hive_keys(paths: Sequence[str], bases: Sequence[str]) -> tuple[dict[str, Any], list[tuple]]:
     """The hive partition keys of each file: the ``name=value`` folders between the folder it
     was found under and the file.
@@ -76,7 +76,7 @@ def key_columns(keys: Sequence[tuple[str, Any]], target: Any, num_rows: int) -> 
     return pa.table({f.name: pa.array([values[f.name]], f.type).take(repeat) for f in fields})
 
 
-# --- column types as read -------------------------------------------------------------------------
+# Column types as read.
 def file_fields(arrow_schema: Any, path: str, key_types: dict[str, Any]) -> dict[str, Any]:
     """Name -> type of a file's columns as they are read: dictionary-encoded columns decoded,
     pandas' stored index left out. A column named like a partition key is refused."""
@@ -101,7 +101,7 @@ def decoded(arrow_type: Any) -> Any:
     return arrow_type
 
 
-# --- nulls ------------------------------------------------------------------------------------------
+# Nulls.
 def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys: Sequence[tuple]) -> frozenset[str]:
     """The integer and boolean columns that may hold a null somewhere in the dataset.
 
@@ -128,7 +128,7 @@ def _may_hold_nulls(statistics: Any) -> bool:
     return statistics is None or not statistics.has_null_count or statistics.null_count > 0
 
 
-# --- decoded sizes ----------------------------------------------------------------------------------
+# Decoded sizes.
 def fixed_widths(arrow_schema: Any) -> dict[str, int]:
     """Bytes per row in memory of each fixed-width top-level column (integers and booleans
     count one more byte: pandas' nullable dtypes carry a byte mask)."""

@@ -49,7 +49,7 @@ class Column:
         return "list" if pa.types.is_list(self.values.type) or pa.types.is_large_list(self.values.type) else "string"
 
 
-# --- requests: typed by the workflow's input schema --------------------------------------------
+# Requests: typed by the workflow's input schema.
 def _is_null(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
