@@ -35,7 +35,7 @@ from tabloader import backend
 from tabloader.encoding.contract import cardinality, check_id_range, integer_dtype
 from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import CachedLookups, Columns, StatOperator, group_name
-from tabloader.ops.hashing import categorical_schema, check_num_buckets, param_for
+from tabloader.ops.categorical_columns import categorical_schema, check_num_buckets, param_for
 from tabloader.ops.vocabulary_tables import VocabularyTables
 from tabloader.schema import ColumnSchema, Schema, Tags
 

@@ -2,8 +2,8 @@
 
 The hashes are those of :mod:`tabloader.encoding.cpu.hashing` (splitmix64 of integers,
 FNV-1a-64 then splitmix64 of strings, ``h = splitmix64(h * 31 + h_i)`` for crosses): identical
-on CPU and GPU. The module also holds the schema and parameter helpers the categorical
-operators share (:func:`embedding_dim`, :func:`categorical_schema`, :func:`param_for`).
+on CPU and GPU. The schema and parameter helpers the categorical operators share live in
+:mod:`tabloader.ops.categorical_columns`.
 
 Example:
     >>> import pandas as pd
@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,39 +23,9 @@ from tabloader import backend
 from tabloader.encoding.contract import check_id_range, integer_dtype
 from tabloader.encoding.lists import holds_lists
 from tabloader.ops.base import Columns, Operator, flatten_columns, group_name
-from tabloader.schema import ColumnSchema, Schema, Tags, suggested_embedding_dim
-
-
-def embedding_dim(cardinality: int) -> int:
-    """Suggested embedding width for a table of ``cardinality`` rows: the one rule,
-    :func:`tabloader.schema.suggested_embedding_dim`, kept under this name for compatibility.
-
-    Example:
-        >>> embedding_dim(10), embedding_dim(1000), embedding_dim(10**9)
-        (6, 77, 512)
-    """
-    return suggested_embedding_dim(cardinality)
-
-
-def param_for(value: Any, key: str, default: Any) -> Any:
-    """A per-column parameter: ``value`` itself, or ``value[key]`` (``default`` when absent) for a dict."""
-    if isinstance(value, Mapping):
-        return value.get(key, default)
-    return default if value is None else value
-
-
-def check_num_buckets(op: Any, num_buckets: Any, minimum: int, why: str = "") -> list[tuple[str | None, int]]:
-    """``(column or None, num_buckets)`` pairs of an int-or-dict parameter, each an integer >= ``minimum``.
-
-    Example:
-        >>> check_num_buckets(HashBucket(2), {"a": 3}, 2)
-        [('a', 3)]
-    """
-    items = num_buckets.items() if isinstance(num_buckets, Mapping) else [(None, num_buckets)]
-    for _, nb in items:
-        if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < minimum:
-            raise ValueError(f"{type(op).__name__}: num_buckets must be an integer >= {minimum}{why}, got {nb!r}")
-    return [(name, int(nb)) for name, nb in items]
+from tabloader.ops.categorical_columns import (  # noqa: F401  (embedding_dim: imported from here before)
+    categorical_schema, check_num_buckets, embedding_dim, param_for)
+from tabloader.schema import ColumnSchema, Schema, Tags
 
 
 def _check_buckets(op: Any, num_buckets: Any, dtype: Any) -> None:
@@ -65,17 +35,6 @@ def _check_buckets(op: Any, num_buckets: Any, dtype: Any) -> None:
         where = "every column" if name is None else f"column {name!r}"
         check_id_range(op, f"{where} with num_buckets={nb}", int(nb) - 1, dtype,
                        "use a wider dtype or fewer buckets")
-
-
-# Properties describing the raw values; they no longer hold once a column is encoded.
-_RAW_VALUE_PROPERTIES = ("domain", "max_distinct")
-
-
-def categorical_schema(col: ColumnSchema, cardinality: int, dtype: str, **properties: Any) -> ColumnSchema:
-    kept = {k: v for k, v in col.properties.items() if k not in _RAW_VALUE_PROPERTIES}
-    out = ColumnSchema(col.name, dtype, col.tags - {str(Tags.CONTINUOUS)} | {str(Tags.CATEGORICAL)}, kept, col.is_list)
-    return out.with_properties(cardinality=int(cardinality), embedding_dim=embedding_dim(cardinality),
-                               domain={"min": 0, "max": int(cardinality) - 1}, **properties)
 
 
 class HashBucket(Operator):

@@ -23,8 +23,8 @@ import numpy as np
 from tabloader import backend
 from tabloader.ops import (AddProperties, AddTags, Bucketize, Categorify, Clip, FillMedian, FillMissing, HashBucket,
                            HashedCross, LogOp, Normalize, NormalizeMinMax, Rename)
+from tabloader.ops.categorical_columns import param_for
 from tabloader.ops.fill import FILLED_SUFFIX
-from tabloader.ops.hashing import param_for
 from tabloader.serving.columns import Column, Unsupported, from_arrow_elements, numeric_values
 
 #: A compiled node: its operator's input columns -> its output columns.
