@@ -150,8 +150,10 @@ def run_positions(lengths: Any, starts: Any) -> tuple[Any, Any, Any]:
     xp = backend.array_lib(lengths)
     offsets = xp.zeros(len(lengths) + 1, dtype=xp.int64)
     xp.cumsum(lengths, out=offsets[1:])
-    within = xp.arange(int(offsets[-1]), dtype=xp.int64) - xp.repeat(offsets[:-1], lengths)
-    return offsets, xp.repeat(starts, lengths) + within, within
+    total = int(offsets[-1])
+    # backend.repeat, not xp.repeat: CuPy before 14 takes no array of counts
+    within = xp.arange(total, dtype=xp.int64) - backend.repeat(offsets[:-1], lengths, total)
+    return offsets, backend.repeat(starts, lengths, total) + within, within
 
 
 def fill_null_elements(values: Any, value: Any) -> Any:

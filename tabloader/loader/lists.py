@@ -129,10 +129,8 @@ def pad_lists(values: Any, offsets: Any, spec: ListPadding) -> Any:
     kept = xp.minimum(lengths, width)
     source = offsets[:-1] + (lengths - kept if spec.truncate == "left" else 0)
     target = xp.arange(rows, dtype=xp.int64) * width + (width - kept if spec.side == "left" else 0)
-    total = int(kept.sum())
-    starts = xp.cumsum(kept) - kept
-    within = xp.arange(total, dtype=xp.int64) - backend.repeat(starts, kept, total)
+    _, taken, within = backend.run_positions(kept, source)
     flat = backend.empty_columns(1, rows * width, values.dtype, like=values)[0]  # aligned: zero-copy into TF
     flat.fill(spec.value)
-    flat[backend.repeat(target, kept, total) + within] = values[backend.repeat(source, kept, total) + within]
+    flat[backend.repeat(target, kept, len(within)) + within] = values[taken]
     return flat.reshape(rows, width)

@@ -133,7 +133,7 @@ class ListSlice(Operator):
                                       series.name, like=series)
         n, width = len(lengths), self._fixed_length()
         index = xp.full(n * width, len(layout.values), dtype=xp.int64)  # the pad element, appended below
-        index[xp.repeat(xp.arange(n, dtype=xp.int64) * width, new_len) + within] = take
+        index[backend.repeat(xp.arange(n, dtype=xp.int64) * width, new_len, len(within)) + within] = take
         padded = backend.take_values(backend.concat_values(layout.values, [self.pad_value]), index)
         return backend.build_list(xp.arange(n + 1, dtype=xp.int64) * width, padded, None, series.index, series.name,
                                   like=series)
