@@ -104,6 +104,9 @@ def train(args: argparse.Namespace) -> float | None:
         auc = evaluate(model, valid_dir, device, loader_device)
         if rank == 0:
             print(f"validation AUC: {auc:.4f}", flush=True)
+        # Every rank's collectives are complete before any tears the group down: a rank that
+        # destroyed it while gloo still finished its last send was seen to abort at exit.
+        dist.barrier()
         return auc
     finally:
         dist.destroy_process_group()
