@@ -16,6 +16,23 @@ import numpy as np
 CRITEO_CATEGORICAL = [f"C{i}" for i in range(1, 27)]
 CRITEO_CONTINUOUS = [f"I{i}" for i in range(1, 14)]
 CRITEO_LABEL = "label"
+BENCH_MARKER = "_bench.json"  # beside generated benchmark data: the spec it was written with
+
+
+def written_before(path: str, spec: dict[str, Any]) -> bool:
+    """True when ``path`` holds benchmark data written with ``spec`` (its ``_bench.json`` marker
+    records that spec), so a run can reuse it instead of writing it again."""
+    marker = os.path.join(path, BENCH_MARKER)
+    if not os.path.exists(marker):
+        return False
+    with open(marker) as f:
+        return json.load(f) == spec
+
+
+def mark_written(path: str, spec: dict[str, Any]) -> None:
+    """Record that ``path`` now holds the data ``spec`` describes (see :func:`written_before`)."""
+    with open(os.path.join(path, BENCH_MARKER), "w") as f:
+        json.dump(spec, f)
 
 
 def preprocessed_criteo(path: str, rows: int, files: int = 10, seed: int = 0,
@@ -34,12 +51,9 @@ def preprocessed_criteo(path: str, rows: int, files: int = 10, seed: int = 0,
     from tabloader.schema import ColumnSchema, Schema, Tags
     from tabloader.synthetic import criteo_cardinalities
 
-    marker = os.path.join(path, "_bench.json")
     spec = {"rows": rows, "files": files, "seed": seed, "row_group_size": row_group_size, "kind": "criteo-pre"}
-    if os.path.exists(marker):
-        with open(marker) as f:
-            if json.load(f) == spec:
-                return path
+    if written_before(path, spec):
+        return path
     os.makedirs(path, exist_ok=True)
     for name in os.listdir(path):
         if name.endswith(".parquet"):
@@ -60,8 +74,7 @@ def preprocessed_criteo(path: str, rows: int, files: int = 10, seed: int = 0,
                     + [ColumnSchema(c, "int64", {Tags.CATEGORICAL}, {"cardinality": k})
                        for c, k in zip(CRITEO_CATEGORICAL, cards)])
     schema.save(os.path.join(path, "_schema.json"))
-    with open(marker, "w") as f:
-        json.dump(spec, f)
+    mark_written(path, spec)
     return path
 
 
@@ -103,16 +116,12 @@ def raw_criteo(path: str, rows: int, files: int = 10, seed: int = 0, **criteo_kw
     when a ``_bench.json`` marker in ``path`` records the same arguments."""
     from tabloader.synthetic import write_criteo
 
-    marker = os.path.join(path, "_bench.json")
     spec = {"rows": rows, "files": files, "seed": seed, "kind": "criteo-raw", **criteo_kwargs}
-    if os.path.exists(marker):
-        with open(marker) as f:
-            if json.load(f) == spec:
-                return path
+    if written_before(path, spec):
+        return path
     print(f"writing {rows:,} synthetic Criteo rows in {files} files to {path} (once) ...", flush=True)
     write_criteo(path, rows, num_files=files, seed=seed, overwrite=True, **criteo_kwargs)
-    with open(marker, "w") as f:
-        json.dump(spec, f)
+    mark_written(path, spec)
     return path
 
 

@@ -58,7 +58,7 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.dirname(_HERE)]  # _common, and tabloader from this checkout
 
-from _common import DEFAULT_RAW_CRITEO, peak_rss_mb, print_table, raw_criteo  # noqa: E402
+from _common import DEFAULT_RAW_CRITEO, mark_written, peak_rss_mb, print_table, raw_criteo, written_before  # noqa: E402
 
 LABEL = "label"
 NULL_ID, OOV_ID = 1, 2  # the first vocabulary id is 3 (one OOV bucket)
@@ -335,12 +335,9 @@ def vocabulary_data(path: str, rows: int, vocabulary: int, files: int = 10, seed
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    marker = os.path.join(path, "_bench.json")
     spec = {"rows": rows, "vocabulary": vocabulary, "files": files, "seed": seed, "kind": "vocabulary"}
-    if os.path.exists(marker):
-        with open(marker) as f:
-            if json.load(f) == spec:
-                return path
+    if written_before(path, spec):
+        return path
     print(f"writing {rows:,} rows with {vocabulary:,} distinct values to {path} (once) ...", flush=True)
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
@@ -353,8 +350,7 @@ def vocabulary_data(path: str, rows: int, vocabulary: int, files: int = 10, seed
         table = pa.table({LABEL: rng.integers(0, 2, hi - lo).astype(np.int32),
                           "I1": rng.exponential(10, hi - lo).astype(np.float32), "C1": values[lo:hi]})
         pq.write_table(table, os.path.join(path, f"part_{i:05d}.parquet"), row_group_size=131_072)
-    with open(marker, "w") as f:
-        json.dump(spec, f)
+    mark_written(path, spec)
     return path
 
 
