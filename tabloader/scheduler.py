@@ -25,6 +25,8 @@ from dask.callbacks import Callback
 from dask.system import CPU_COUNT
 from tqdm.auto import tqdm
 
+from tabloader.allocator import retained_freed_memory
+
 
 def active_client() -> Any:
     """The current ``dask.distributed`` client, or None when there is none."""
@@ -100,7 +102,8 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> lis
     num_workers = dask.config.get("num_workers", None) or CPU_COUNT
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader")
     try:
-        with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar):
+        with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar), \
+                retained_freed_memory():
             # The threaded scheduler's get itself: naming it "threads" makes Dask import distributed
             # (~0.2 s) to look for a client, which client_or_none has already done without importing.
             return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool, num_workers=num_workers))
