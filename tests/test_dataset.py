@@ -393,6 +393,42 @@ def test_partitions_respect_part_size(tmp_path, df):
     assert Dataset(str(path), part_size=1).npartitions == len(rg_rows)
 
 
+def test_parquet_partitions_are_balanced(tmp_path):
+    """Ten files of four row groups (three full, one shorter) at three row groups per
+    partition: filling partitions in turn left 13 full ones and a small one, so one of two
+    workers ran alone at the end. Balanced, the same 14 partitions differ by at most one row
+    group, every row is read once and in order, and none exceeds part_size."""
+    frame = pd.DataFrame({"x": np.arange(100_000, dtype=np.int64), "y": np.random.default_rng(0).random(100_000)})
+    for i in range(10):
+        pq.write_table(pa.Table.from_pandas(frame.iloc[i * 10_000:(i + 1) * 10_000], preserve_index=False),
+                       tmp_path / f"part_{i}.parquet", row_group_size=3_000)
+    meta = pq.ParquetFile(tmp_path / "part_0.parquet").metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [3000, 3000, 3000, 1000]
+    part_size = 3 * meta.row_group(0).total_byte_size
+    ds = Dataset(str(tmp_path), part_size=part_size)
+    sizes = ds.partition_sizes()
+    assert len(sizes) == 14 and sum(sizes) == 100_000
+    assert max(sizes) - min(sizes) <= 3000, sizes
+    filled = [9000, 7000, 8000, 8000] * 3 + [9000, 7000]  # how filling in turn would have cut them
+    assert max(sizes) <= max(filled) and min(sizes) > 1000
+    pd.testing.assert_frame_equal(frame_of(ds.to_iter()), frame)
+
+
+def test_balanced_partitions_never_exceed_part_size():
+    """Random row group sizes: the balanced cut keeps the count of the filled one, every
+    partition within part_size (or one oversized row group alone), the row groups in order."""
+    from tabloader.dataset.parquet import Piece, _fill_partitions, _group_pieces
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        nbytes = rng.integers(1, 100, rng.integers(1, 60)).tolist()
+        part_size = int(rng.integers(50, 400))
+        pieces = [Piece(f"f{i // 4}", (i % 4,), 10, b) for i, b in enumerate(nbytes)]
+        parts = _group_pieces(pieces, part_size)
+        assert len(parts) == len(_fill_partitions(pieces, part_size))
+        assert [p for part in parts for p in part] == pieces
+        assert all(sum(p.nbytes for p in part) <= part_size or len(part) == 1 for part in parts)
+
 def test_frame_partitions_respect_part_size(df):
     part_size = 8_000
     nbytes = df.memory_usage(deep=True, index=False).sum()

@@ -17,6 +17,8 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
+import numpy as np
+
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_widths, hive_keys,
@@ -196,7 +198,35 @@ def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
 
 
 def _group_pieces(pieces: Sequence[Piece], part_size: int) -> list[list[Piece]]:
-    """Consecutive row groups, across files, up to ``part_size`` bytes per partition."""
+    """Consecutive row groups, across files, at most ``part_size`` bytes per partition, in as
+    few partitions as that allows, balanced in size.
+
+    Filling each partition up to ``part_size`` leaves the remainder to the last one (13 full
+    partitions and a small one): workers running them in parallel then wait on the full ones
+    at the end. The same number of partitions cut where the running size is nearest each
+    equal share keeps every worker busy to the end. Row groups larger than ``part_size`` are
+    partitions of their own either way.
+    """
+    greedy = _fill_partitions(pieces, part_size)
+    count = len(greedy)
+    if count < 2:
+        return greedy
+    total = sum(piece.nbytes for piece in pieces)
+    ends = np.cumsum([piece.nbytes for piece in pieces])
+    shares = total * np.arange(1, count) / count
+    # the piece boundary nearest each share (the end of piece i is ends[i])
+    after = np.searchsorted(ends, shares)
+    below = np.maximum(after - 1, 0)
+    cuts = np.where(np.abs(ends[below] - shares) <= np.abs(ends[after] - shares), below, after) + 1
+    balanced = [list(pieces[start:stop]) for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(pieces)])
+                if stop > start]
+    if len(balanced) != count or any(len(part) > 1 and sum(p.nbytes for p in part) > part_size for part in balanced):
+        return greedy  # irregular row groups: the nearest cuts would overfill a partition
+    return balanced
+
+
+def _fill_partitions(pieces: Sequence[Piece], part_size: int) -> list[list[Piece]]:
+    """Consecutive row groups, each partition filled up to ``part_size`` bytes."""
     partitions: list[list[Piece]] = []
     current: list[Piece] = []
     size = 0
