@@ -491,6 +491,35 @@ def test_to_parquet_round_trip_of_python_list_columns(tmp_path):
     assert table.column("w").to_pylist() == [["x"], [], ["y", "z"], None]
 
 
+@pytest.mark.parametrize("nan", [False, True])
+def test_partitions_become_the_arrow_tables_pandas_makes(nan):
+    """The writer wraps numeric numpy columns itself; every column type comes out as pyarrow's
+    own ``Table.from_pandas`` gives it (NaN as null), in the frame's order."""
+    from tabloader.dataset.writing import arrow_table
+
+    n = 1000
+    rng = np.random.default_rng(0)
+    floats = rng.random(n)
+    if nan:
+        floats[::7] = np.nan
+    frame = pd.DataFrame({
+        "f64": floats, "i64": rng.integers(-5, 5, n), "f32": floats.astype(np.float32),
+        "u8": rng.integers(0, 255, n).astype(np.uint8), "b": rng.random(n) > 0.5,
+        "nullable": pd.array(np.where(rng.random(n) > 0.9, None, np.arange(n)), dtype="Int64"),
+        "s": pd.Series(np.where(rng.random(n) > 0.8, None, "x"), dtype="str"),
+        "when": pd.date_range("2026-01-01", periods=n, freq="min"),
+        "cat": pd.Categorical(rng.choice(["a", "b"], n)),
+        "lists": pd.Series([[1, 2]] * n, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
+    })
+    expected = pa.Table.from_pandas(frame, preserve_index=False)
+    got = arrow_table(frame)
+    assert got.column_names == list(frame.columns)
+    assert got.equals(expected.replace_schema_metadata(None))
+    assert got.column("f64").null_count == (143 if nan else 0)
+    numbered = pd.DataFrame({0: [1.0], 1: [2]})  # names pandas turns into strings
+    assert arrow_table(numbered).equals(pa.Table.from_pandas(numbered, preserve_index=False))
+
+
 def test_to_parquet_from_files_and_from_csv(tmp_path, df):
     write_parts(df, tmp_path / "in", nfiles=3, row_group_size=100)
     Dataset(str(tmp_path / "in"), part_size="4KB").to_parquet(str(tmp_path / "out"), progress=False)

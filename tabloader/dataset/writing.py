@@ -80,8 +80,7 @@ class _FileWriter:
         with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
             for index in partitions:
                 frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
-                table = pa.Table.from_pandas(frame, preserve_index=False)
-                w.write_table(_cast_to(table, self.arrow_schema, path), row_group_size=self.row_group_size)
+                w.write_table(_cast_to(arrow_table(frame), self.arrow_schema, path), row_group_size=self.row_group_size)
                 rows += len(frame)
         return rows
 
@@ -144,6 +143,33 @@ def cudf_compression(compression: str | None) -> str | None:
         raise ValueError(f"compression={compression!r} is not one cuDF's parquet writer has (a dataset on the GPU is "
                          f"written by cuDF): choose one of {sorted(_CUDF_CODECS)}")
     return _CUDF_CODECS[key]
+
+
+def arrow_table(frame: Any) -> Any:
+    """A pandas partition as the arrow table ``pa.Table.from_pandas`` makes of it (NaN as null,
+    no index), with numeric numpy columns wrapped rather than converted: a float column is
+    scanned for NaN and wrapped as it is when it has none. pandas' conversion inspects and
+    scans every column (14 ms for a 40-column partition of 393K rows against 3 ms).
+
+    Example:
+        >>> import pandas as pd
+        >>> arrow_table(pd.DataFrame({"x": [1.5, float("nan")], "s": ["a", None]})).to_pydict()
+        {'x': [1.5, None], 's': ['a', None]}
+    """
+    import pyarrow as pa
+
+    if not (frame.columns.is_unique and all(isinstance(name, str) for name in frame.columns)):
+        return pa.Table.from_pandas(frame, preserve_index=False)  # pandas names and refuses them
+    arrays: dict[str, Any] = {}
+    for name in frame.columns:
+        dtype = frame[name].dtype
+        if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
+            values = frame[name].to_numpy()
+            arrays[name] = pa.array(values, from_pandas=bool(dtype.kind == "f" and np.isnan(values).any()))
+    if len(arrays) == len(frame.columns):
+        return pa.table(arrays)
+    converted = pa.Table.from_pandas(frame[[c for c in frame.columns if c not in arrays]], preserve_index=False)
+    return pa.table({name: arrays[name] if name in arrays else converted.column(name) for name in frame.columns})
 
 
 def _cast_to(table: Any, schema: Any, path: str) -> Any:
