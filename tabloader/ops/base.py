@@ -251,7 +251,10 @@ def check_numeric(op: Operator, frame: Any, columns: Sequence[str], allow_lists:
 
     from tabloader.ops.elementwise import list_elements
 
+    dtypes = frame.dtypes
     for col in columns:
-        dtype = (list_elements(op, col, frame[col]) if allow_lists else frame[col]).dtype
+        dtype = dtypes[col]
+        if allow_lists and not is_numeric_dtype(dtype):
+            dtype = list_elements(op, col, frame[col]).dtype
         if not is_numeric_dtype(dtype) or is_bool_dtype(dtype):
             raise TypeError(f"{op.label} needs numeric columns, but column {col!r} has dtype {dtype}")
