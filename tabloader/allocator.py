@@ -2,15 +2,17 @@
 the system after every partition and fault it in again for the next one.
 
 Each partition allocates its columns afresh (1-4 MB arrays, tens of MB per partition). glibc
-returns the free top of its heaps to the system as soon as it exceeds twice the largest block
-it has seen freed (a few MB), so every partition's arrays came back as new pages: page faults
-were a fifth of the CPU time of a Criteo workflow, and half the time of its continuous chain
-(FillMissing >> Clip >> LogOp >> Normalize: 85 ms per partition, 35 ms without the faults).
+maps blocks above its mmap threshold (128 KB at first) on their own and unmaps them when
+freed, and it returns the free top of its heaps to the system as soon as it exceeds its trim
+threshold; both thresholds adapt upwards only to the largest block freed so far (a few MB),
+while a partition frees tens of MB. So every partition's arrays came back as new pages: page
+faults were a fifth of the CPU time of a Criteo workflow, and more than half the time of its
+continuous chain (FillMissing >> Clip >> LogOp >> Normalize: 85 ms per partition, 28 ms
+without the faults).
 
-While :func:`retained_freed_memory` is active, blocks up to 32 MB come from the heaps (glibc's
-own ceiling for the threshold it adapts) and up to 512 MB of free heap is kept for reuse. When
-the last active block ends, the free memory is handed back at once (``malloc_trim``) and the
-trim threshold returns to 64 MB: what glibc itself would settle on after freeing a 32 MB array.
+:func:`retained_freed_memory` sets both thresholds where glibc's adaptation stops (blocks up
+to 32 MB come from the heaps, up to 64 MB of free heap is kept), once per process, and when
+the last active block ends hands the free memory back at once (``malloc_trim``).
 
 Nothing changes where glibc is not the allocator, where the user tuned it (``MALLOC_*``
 variables or ``GLIBC_TUNABLES`` with ``glibc.malloc``), or with ``TABLOADER_MALLOC_TUNING=0``.
@@ -36,13 +38,13 @@ _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
 MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
-TRIM_WHILE_ACTIVE = 512 << 20
-TRIM_AFTER = 2 * MMAP_THRESHOLD  # what glibc's adaptive threshold reaches with MMAP_THRESHOLD
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # where glibc's adaptive trim threshold stops with it
 
 _USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")
 
 _lock = threading.Lock()
 _active = 0
+_tuned = False
 
 
 def tuning_enabled() -> bool:
@@ -77,15 +79,16 @@ def glibc_library() -> Any:
 def retained_freed_memory() -> Iterator[None]:
     """Keep freed memory for reuse inside the block (see the module's docstring); blocks may
     nest and run in several threads: the memory is handed back when the last one ends."""
-    global _active
+    global _active, _tuned
     libc = glibc_library() if tuning_enabled() else None
     if libc is None:
         yield
         return
     with _lock:
-        if _active == 0:
+        if not _tuned:
             libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_WHILE_ACTIVE)
+            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            _tuned = True
         _active += 1
     try:
         yield
@@ -93,5 +96,4 @@ def retained_freed_memory() -> Iterator[None]:
         with _lock:
             _active -= 1
             if _active == 0:
-                libc.mallopt(_M_TRIM_THRESHOLD, TRIM_AFTER)
                 libc.malloc_trim(0)
