@@ -483,6 +483,7 @@ def _node_of_kind(kind: str, parents: Sequence[Node] = (), op: Any = None, selec
 
 
 def _select(frame: Any, names: list[str]) -> Any:
-    """``frame[names]``, or ``frame`` itself when it holds exactly these columns in this order
-    (selecting builds a new frame: about a millisecond per call, several per partition)."""
-    return frame if list(frame.columns) == list(names) else frame[names]
+    """``frame[names]``, as a shallow copy when ``frame`` holds exactly these columns in this
+    order (selecting builds a new frame: about a millisecond per call, several per partition).
+    Either way a new frame: an operator that adds a column to its input changes nobody else's."""
+    return frame.copy(deep=False) if list(frame.columns) == list(names) else frame[names]

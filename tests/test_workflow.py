@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # `workflow_test_ops` must import
 
 import workflow_test_ops as T  # noqa: E402
 
-from tabloader import backend  # noqa: E402
+from tabloader import backend, ops  # noqa: E402
 from tabloader.dataset import Dataset  # noqa: E402
 from tabloader.graph import ColumnSelector, Node  # noqa: E402
 from tabloader.ops.base import NotFittedError, Operator, flatten_columns  # noqa: E402
@@ -169,6 +169,26 @@ def test_same_column_twice_unchanged_is_kept_once(frame):
     for col in ["a", "b", "c"]:
         np.testing.assert_array_equal(out[col], frame[col])
     np.testing.assert_array_equal(out["d"], frame["d"] + 1)
+
+
+class AddsToItsInput(Operator):
+    """An operator that (badly) adds a column to the frame it is given."""
+
+    def transform(self, columns, frame):
+        frame["scratch"] = 0
+        return frame[flatten_columns(columns)] * 2
+
+
+def test_an_operator_changing_its_input_changes_nobody_elses_frame():
+    """Every node hands on a frame of its own (a shallow copy when it selects every column of
+    its input), so neither the user's frame nor another branch sees what an operator did to
+    its input."""
+    frame = pd.DataFrame({"a": [1, 2], "b": [3, 4]})
+    graph = (["a", "b"] >> AddsToItsInput()) + (["a", "b"] >> T.AddOne() >> ops.Rename(postfix="_1"))
+    out = Workflow(graph, progress=False).fit_transform(frame)
+    assert list(frame.columns) == ["a", "b"] and frame["a"].tolist() == [1, 2]
+    assert list(out.columns) == ["a", "b", "a_1", "b_1"]
+    assert out["a"].tolist() == [2, 4] and out["b_1"].tolist() == [4, 5]
 
 
 def test_same_operator_instance_twice_is_refused():
