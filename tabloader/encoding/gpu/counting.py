@@ -55,16 +55,26 @@ def factorize_rows(arrays: Sequence[Any]) -> tuple[Any, Any]:
     row), as :func:`tabloader.encoding.cpu.counting.factorize_rows` does (groups may be numbered
     in another order: only the grouping is the contract).
     """
-    cp = backend.cupy()
     codes, ngroups = None, 0
     for arr in arrays:
         c, k = _factorize(arr)
         # Renumbered after every column, so combined codes stay below rows**2.
         codes, ngroups = (c, k) if codes is None else _factorize(codes * k + c)
+    return codes, first_rows(codes, ngroups)
+
+
+# CuPy before 14 takes no int64 in ``add.at`` / ``minimum.at`` (TypeError; pyproject allows
+# cupy 13.6), but takes uint64: the two helpers below scatter on uint64 views, which give int64's
+# bits (two's-complement sums wrap alike; positions are never negative). They take numpy arrays too.
+def first_rows(codes: Any, ngroups: int) -> Any:
+    """The position (int64) of the first row of each group ``0..ngroups-1`` of ``codes``
+    (``len(codes)`` for a group without rows), on the arrays' device."""
+    xp = backend.array_lib(codes)
     n = len(codes)
-    first = cp.full(ngroups, n, dtype=cp.int64)
-    cp.minimum.at(first, codes, cp.arange(n, dtype=cp.int64))
-    return codes, first
+    first = xp.full(ngroups, n, dtype=xp.uint64)
+    if n:
+        xp.minimum.at(first, codes, xp.arange(n, dtype=xp.uint64))
+    return first.view(xp.int64)
 
 
 def group_rows(cols: list[NormalizedColumn]) -> tuple[Any, Any, Any, list]:
@@ -154,12 +164,13 @@ def union_keys(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> tupl
 
 
 def sum_int(codes: Any, weights: Any, n: int) -> Any:
-    """Exact int64 group sums on the device (``cupy.add.at``; bincount would go through float64)."""
-    cp = backend.cupy()
-    out = cp.zeros(n, dtype=cp.int64)
+    """Exact int64 group sums on the arrays' device (``add.at`` on uint64 views, see
+    :func:`first_rows`; bincount would go through float64)."""
+    xp = backend.array_lib(codes)
+    out = xp.zeros(n, dtype=xp.uint64)
     if len(codes):
-        cp.add.at(out, codes, weights.astype(cp.int64, copy=False))
-    return out
+        xp.add.at(out, codes, weights.astype(xp.int64, copy=False).view(xp.uint64))
+    return out.view(xp.int64)
 
 
 def vocabulary(counted: dict[str, Any], freq_threshold: int, max_size: int) -> tuple[list, Any]:
