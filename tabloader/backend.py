@@ -169,7 +169,7 @@ def frame_arrow_schema(frame: Any) -> Any:
 
     meta = getattr(frame, "_meta", frame)  # Dask frames: the empty meta frame
     if is_gpu_object(meta):
-        return meta.head(0).to_arrow().schema
+        return meta.head(0).to_arrow(preserve_index=False).schema  # cuDF's default keeps a non-range index as a column
     schema = pa.Schema.from_pandas(meta.head(0), preserve_index=False)
     if meta is frame and len(frame):
         # Object columns (Python lists, for instance) have no type without values: infer it from

@@ -275,3 +275,17 @@ def test_workflow_on_a_local_cuda_cluster_equals_pandas(tmp_path):
     assert result["c"].tolist() == expected["c"].tolist()
     assert result["label"].tolist() == expected["label"].tolist()
     np.testing.assert_allclose(result["x"].to_numpy(np.float64), expected["x"], rtol=1e-6, atol=1e-5)  # float32 out
+
+
+@gpu
+def test_arrow_schema_of_a_cudf_frame_with_an_index_names_only_its_columns():
+    import cudf
+
+    from tabloader import backend
+
+    dask_cudf = pytest.importorskip("dask_cudf")
+    frame = pd.DataFrame({"a": [1, 2, 3], "s": ["x", None, "z"]}, index=pd.Index([7, 9, 11], name="k"))
+    want = pa.Schema.from_pandas(frame, preserve_index=False).names
+    assert want == ["a", "s"]
+    assert backend.frame_arrow_schema(cudf.from_pandas(frame)).names == want
+    assert backend.frame_arrow_schema(dask_cudf.from_cudf(cudf.from_pandas(frame), npartitions=2)).names == want
