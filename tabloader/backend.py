@@ -304,7 +304,11 @@ def _pandas_type_for_arrow(arrow_type: Any) -> Any:
 
 def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
                  device: str = "cpu", filesystem: Any = None) -> Any:
-    """Read one parquet file (optionally some row groups) into a DataFrame on ``device``."""
+    """Read one parquet file (optionally some row groups) into a DataFrame on ``device``.
+
+    ``filesystem`` is the fsspec file system ``path`` is spelled for (default: the local disk,
+    or the URL's protocol); cuDF takes no pyarrow one.
+    """
     if resolve_device(device) == "cuda":
         kwargs = {"row_groups": [list(row_groups)]} if row_groups is not None else {}
         # Without pandas' metadata, as on the CPU: no stored index, rows numbered from 0.

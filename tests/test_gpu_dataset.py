@@ -99,6 +99,23 @@ def test_cudf_partitions_equal_the_pandas_partitions_converted(tmp_path):
 
 
 @gpu
+def test_cudf_partitions_of_files_on_an_fsspec_file_system_equal_the_pandas_ones(tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/test-gpu-dataset-{os.getpid()}"
+    fs.put(write_files(tmp_path / "raw"), root, recursive=True)
+    try:  # paths without the protocol: cuDF must be given the dataset's file system to find them
+        on_cpu = tl.Dataset(f"memory://{root}", device="cpu", part_size=1500)
+        on_gpu = tl.Dataset(f"memory://{root}", device="cuda", part_size=1500)
+        assert on_gpu.npartitions == on_cpu.npartitions > 2
+        for i in range(on_cpu.npartitions):
+            assert_same_rows(arrow_of(on_gpu.read_partition(i)), arrow_of(on_cpu.read_partition(i)))
+    finally:
+        fs.rm(root, recursive=True)
+
+
+@gpu
 def test_cudf_dataset_refuses_nested_types_naming_the_column(tmp_path):
     pq.write_table(pa.table({"a": [1, 2], "st": [{"x": 1}, {"x": 2}]}), tmp_path / "f.parquet")
     with pytest.raises(TypeError, match="column 'st' has type struct"):

@@ -149,7 +149,8 @@ class ParquetSource(Source):
 
     def _read_piece_frame(self, piece: Piece, target: Any) -> Any:
         try:
-            frame = backend.read_parquet(piece.path, self._file_columns(target), piece.row_groups, device=self.device)
+            frame = backend.read_parquet(piece.path, self._file_columns(target), piece.row_groups, device=self.device,
+                                         filesystem=self.files.fs)  # paths are spelled as the dataset's fs spells them
         except Exception as exc:
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
         keys = key_columns(piece.partition, target, 1)  # one row, repeated on the device
