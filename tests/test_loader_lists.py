@@ -128,6 +128,15 @@ def test_null_lists_are_refused_as_without_padding(tmp_path):
         list(Loader(ds, 2, categorical=["l"], target="y", lists={"l": 2}))
 
 
+def test_null_elements_are_refused_naming_the_column_and_file_on_either_device(tmp_path, device):
+    path = tmp_path / "elements.parquet"
+    pq.write_table(pa.table({"l": pa.array([[1], [None, 2], [3]], pa.list_(pa.int64())),
+                             "y": np.zeros(3, np.float32)}), path)
+    ds = tl.Dataset(str(path), device=device)  # on "cuda", the loader takes cuDF frames
+    with pytest.raises(LoaderReadError, match=r"'l' has 1 null value.*elements\.parquet"):
+        list(Loader(ds, 2, categorical=["l"], target="y", device=device))
+
+
 @pytest.mark.parametrize("lists, message", [
     ({"nope": 3}, r"lists\['nope'\]: column 'nope' is not in the dataset"),
     ({"id": 3}, r"lists\['id'\]: column 'id' is not a list column"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, ContextManager, Sequence
 
+from tabloader import backend
 from tabloader.dataset.source import error_message
 
 
@@ -93,9 +94,7 @@ class PartitionReader:
             if name in self.nan_columns:
                 continue  # nulls of float columns become NaN
             column = data[name] if not hasattr(data, "column") else data.column(name)
-            nulls = int(column.null_count)
-            if not nulls and hasattr(column, "type") and _is_arrow_list(column.type):
-                nulls = sum(int(c.values.null_count) for c in column.chunks)
+            nulls = int(column.null_count) or _element_nulls(column)
             if nulls:
                 raise LoaderReadError(
                     f"column {name!r} has {nulls} null value(s) in partition {index} ({self.describe(index)}); "
@@ -188,6 +187,14 @@ def memory_pool() -> Any:
 
 
 _POOL_DECAY_MS = 10_000
+
+
+def _element_nulls(column: Any) -> int:
+    """Null elements of a list column (a pyarrow ChunkedArray, or a cuDF Series decoded on the
+    GPU); 0 for other columns."""
+    if hasattr(column, "type"):
+        return sum(int(c.values.null_count) for c in column.chunks) if _is_arrow_list(column.type) else 0
+    return int(backend.list_layout(column).values.null_count) if backend.is_list_dtype(column.dtype) else 0
 
 
 def _is_arrow_list(arrow_type: Any) -> bool:
