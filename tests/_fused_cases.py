@@ -133,7 +133,6 @@ def case_forward_pooled(device, size):
 def _train_both(size, device, optimizer, pooled, pooling="sum", steps=3, dtype=None):
     torch = _torch()
     tri, ref = _pair(size, device, optimizer, pooled=pooled, pooling=pooling, dtype=dtype)
-    g = torch.Generator().manual_seed(7)
     for step in range(steps):
         feats = _batch(size, device, 10 + step, pooled=pooled, empty=(step == 1))
         outs = []

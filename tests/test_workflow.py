@@ -557,7 +557,7 @@ def test_progress_on_shows_a_bar(capsys, parquet_dir, tmp_path, monkeypatch):
     Workflow(["a"] >> T.Center() >> T.Scale(), progress=True).fit(ds)
     err = capsys.readouterr().err
     assert "fit" in err and "fit phase 2" in err
-    wf = Workflow(["a"] >> T.Center(), progress=False).fit(ds, progress=True)
+    Workflow(["a"] >> T.Center(), progress=False).fit(ds, progress=True)
     assert "fit" in capsys.readouterr().err
 
 
