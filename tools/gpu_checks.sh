@@ -25,6 +25,7 @@ shift
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow data50m workflow50m)
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the steps run from the repository root, not the caller's folder
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=2
 py=${PYTHON:-python3}
