@@ -9,6 +9,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tools", "gpu_checks.sh")
 
@@ -31,7 +33,11 @@ def test_missing_packages_stop_it_up_front(tmp_path):
 
 
 def test_relative_out_dir_gets_the_logs(tmp_path):
+    torch = pytest.importorskip("torch")
     done = run_checks(tmp_path, sys.executable, "rel", "env")
     log = (tmp_path / "rel" / "env.log").read_text()
     assert "python " + ".".join(map(str, sys.version_info[:3])) in log, done.stdout + done.stderr
-    assert "env " in (tmp_path / "rel" / "summary.txt").read_text()
+    summary = (tmp_path / "rel" / "summary.txt").read_text()
+    assert "env " in summary
+    # torch, asked directly, says whether a GPU is usable here.
+    assert ("no CUDA device usable" in summary) == (not torch.cuda.is_available()), summary

@@ -62,6 +62,11 @@ fi
 "$py" -c "import dask, distributed" >/dev/null 2>&1 ||
   echo "preflight  dask/distributed missing (. /tmp/site/cudf_env.sh of the GPU kit brings them): their tests skip" |
     tee -a "$out/summary.txt"
+# Where neither CuPy nor torch can use a GPU, every gpu test skips and the tests step still
+# exits 0: say so in the summary rather than let that pass for a GPU run.
+"$py" -c "from tabloader import backend; raise SystemExit(not backend.cuda_available())" 2>/dev/null ||
+  echo "preflight  no CUDA device usable by CuPy or torch: the gpu tests will all be skipped" |
+    tee -a "$out/summary.txt"
 
 for step in "${steps[@]}"; do
   case $step in
