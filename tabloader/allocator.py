@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -62,6 +63,7 @@ def tuning_enabled() -> bool:
     return glibc_library() is not None
 
 
+@functools.cache
 def glibc_library() -> Any:
     """The process's C library when it is glibc (with ``mallopt`` and ``malloc_trim``), else None."""
     if not sys.platform.startswith("linux"):

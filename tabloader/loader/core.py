@@ -266,7 +266,8 @@ class Loader:
         differ = [f"{k}={state[k]!r} (this loader: {v!r})" for k in keys
                   if k in state and state[k] != (v := self.state_dict()[k])]
         if "partition_sizes" in state and list(state["partition_sizes"]) != [int(s) for s in self.plan.sizes]:
-            differ.append("partition_sizes (the dataset changed)")
+            differ.append("partition_sizes (the dataset, its part_size or the tabloader version that cut it into "
+                          "partitions changed)")
         if differ:
             raise ValueError("cannot resume: the state was saved by a loader with " + "; ".join(differ))
         if rows > self.rows_per_epoch:
