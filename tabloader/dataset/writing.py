@@ -161,8 +161,7 @@ def arrow_table(frame: Any) -> Any:
     if not (frame.columns.is_unique and all(isinstance(name, str) for name in frame.columns)):
         return pa.Table.from_pandas(frame, preserve_index=False)  # pandas names and refuses them
     arrays: dict[str, Any] = {}
-    for name in frame.columns:
-        dtype = frame[name].dtype
+    for name, dtype in frame.dtypes.items():
         if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
             values = frame[name].to_numpy()
             arrays[name] = pa.array(values, from_pandas=bool(dtype.kind == "f" and np.isnan(values).any()))
