@@ -1,27 +1,38 @@
-"""Keras ``fit``: tabloader's KerasSequenceLoader vs a plain tf.data pipeline.
+"""Keras ``fit``: tabloader's KerasSequenceLoader vs the strongest and the usual tf.data pipelines.
 
 Data: ``--rows`` preprocessed Criteo-like rows (26 int64 categorical ids with Criteo-like
 cardinalities, 13 float32 continuous, float32 label) in 10 parquet files with a
 ``_schema.json`` (written once by ``_common.preprocessed_criteo``).
 
-Model (the same for both): :class:`tabloader.tf.EmbeddingFeatures` (26 tables x ``--dim``,
-sized from the schema) + the 13 continuous columns -> Dense 128 -> Dense 64 -> Dense 1
+Model (the same for every pipeline): :class:`tabloader.tf.EmbeddingFeatures` (26 tables x
+``--dim``, sized from the schema) + the 13 continuous columns -> Dense 128 -> Dense 64 -> Dense 1
 (sigmoid), binary cross-entropy, SGD (sparse updates of the tables: the cheapest optimizer step,
 so the comparison shows the input pipeline rather than the optimizer).
 
+Pipelines, all yielding the same ``(features, label)`` batches (each row once per epoch):
+
+* tabloader: ``KerasSequenceLoader`` (chunk shuffle, reads the parquet files every epoch unless
+  ``resident=True``).
+* tf.data gather, the strongest tf.data baseline (:func:`tfdata_gather_pipeline`): every column
+  read once into in-memory tensors, a global shuffle (a fresh permutation of all rows per epoch)
+  and one parallel ``tf.gather`` per batch.
+* tf.data slices, the usual recipe (:func:`tfdata_pipeline`): parquet -> pandas ->
+  ``from_tensor_slices`` -> ``shuffle(--shuffle-buffer)`` -> ``batch``; it runs element by
+  element, so it is measured over the first ``--tfdata-rows`` rows (whole files) and its rate
+  extrapolated.
+
 Measured, each once, in this order, in one process:
 
-1. tabloader loader alone: one shuffled epoch of ``KerasSequenceLoader`` over all rows
-   (dataset open + read + shuffle + batch + TF conversion), batch ``--batch-size``.
-2. tf.data loader alone: parquet -> pandas -> ``tf.data.Dataset.from_tensor_slices`` ->
-   ``shuffle(--shuffle-buffer)`` -> ``batch`` -> one epoch, over the first ``--tfdata-rows``
-   rows (whole files), everything from the parquet read on timed; rows/s extrapolated.
-3. ``model.fit(KerasSequenceLoader, epochs=1)`` over all rows.
-4. ``model.fit(tf.data pipeline, epochs=1)`` over the tf.data subset.
+1. Loaders alone, one epoch each from the parquet files on (open + read + shuffle + batch + TF
+   tensors; for tf.data gather the read into memory is counted), then a second epoch of
+   tabloader, of tabloader with ``resident=True`` (its first epoch keeps the decoded partitions
+   in memory, as tf.data gather does) and of tf.data gather.
+2. ``model.fit(..., epochs=1)`` with each pipeline.
 
 For ``fit``, the rate is measured after the first step (which traces the train function and,
-for tf.data, fills the shuffle buffer -- counting from there favours tf.data) and the epoch
-time over ``--rows`` rows is extrapolated as rows / rate for both.
+for tf.data slices, fills the shuffle buffer -- counting from there favours tf.data; tf.data
+gather reads its tensors before ``fit`` starts) and the epoch time over ``--rows`` rows is
+extrapolated as rows / rate for all.
 
 Usage::
 
@@ -77,6 +88,47 @@ def tfdata_pipeline(files, batch_size: int, shuffle_buffer: int):
     ds = tf.data.Dataset.from_tensor_slices((features, frame[CRITEO_LABEL].to_numpy()))
     ds = ds.shuffle(shuffle_buffer, seed=0).batch(batch_size).prefetch(tf.data.AUTOTUNE)
     return ds, len(frame)
+
+
+def tfdata_gather_pipeline(files, batch_size: int, seed: int = 0):
+    """The strongest tf.data recipe: in-memory tensors, a global shuffle, one gather per batch.
+
+    All columns are read once (pyarrow -> numpy -> TF) into two row-major tensors, the 26 ids
+    ``[n, 26]`` int64 and the 13 floats plus the label ``[n, 14]`` float32, so gathering a row
+    fetches all its values at once (40 per-column gathers take about 4x as long). Each iteration
+    over the dataset (each epoch) draws a fresh permutation of all rows, from a seed that
+    ``Dataset.random`` redraws per iteration; the batches are its consecutive slices (sliced by
+    batch number: ``from_tensor_slices(perm).batch(B)`` alone takes ~8 s on 5M rows, element by
+    element), and one parallel, non-deterministic map gathers and splits each batch. Returns
+    ``(dataset, rows)``.
+    """
+    import pyarrow.parquet as pq
+    import tensorflow as tf
+
+    table = pq.read_table(files, columns=CRITEO_CATEGORICAL + CRITEO_CONTINUOUS + [CRITEO_LABEL])
+    n = table.num_rows
+    ids = tf.stack([tf.constant(table.column(c).to_numpy()) for c in CRITEO_CATEGORICAL], axis=1)
+    floats = tf.stack([tf.constant(table.column(c).to_numpy()) for c in CRITEO_CONTINUOUS + [CRITEO_LABEL]], axis=1)
+    del table
+    index_dtype = tf.int32 if n < 2**31 else tf.int64  # int32 indices gather faster
+    num_batches = -(-n // batch_size)
+
+    def epoch_batches(epoch_seed):
+        perm = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=index_dtype),
+                                                        seed=tf.stack([epoch_seed, seed]))
+        bounds = lambda i: tf.cast([i * batch_size, tf.minimum((i + 1) * batch_size, n)], index_dtype)  # noqa: E731
+        return tf.data.Dataset.range(num_batches).map(lambda i: perm[bounds(i)[0]:bounds(i)[1]])
+
+    def gather(index):
+        batch_ids = tf.unstack(tf.gather(ids, index), axis=1)
+        batch_floats = tf.unstack(tf.gather(floats, index), axis=1)
+        features = dict(zip(CRITEO_CATEGORICAL + CRITEO_CONTINUOUS, batch_ids + batch_floats[:-1]))
+        return features, batch_floats[-1]
+
+    ds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1).flat_map(epoch_batches)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))  # Keras then knows the epoch's length
+    ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    return ds.prefetch(tf.data.AUTOTUNE), n
 
 
 class StepTimer:
@@ -135,97 +187,140 @@ def main(argv=None) -> dict:
     schema = tl.Dataset(path).schema
     cols = dict(categorical=CRITEO_CATEGORICAL, continuous=CRITEO_CONTINUOUS, target=CRITEO_LABEL)
     results: dict = {"rows": args.rows, "batch_size": args.batch_size, "device": args.device,
-                     "tfdata_files": n_sub, "cpu_count": os.cpu_count()}
+                     "tfdata_files": n_sub, "cpu_count": os.cpu_count(), "load_before": os.getloadavg()}
 
-    # 1. tabloader loader alone -----------------------------------------------------------------
+    def new_sequence(**options):
+        return KerasSequenceLoader(tl.Dataset(path), batch_size=args.batch_size, shuffle=True, seed=0,
+                                   device=args.device, **cols, **options)
+
+    # 1. loaders alone: one epoch each, from the parquet files on; a second epoch of those that run
+    #    over all rows (tf.data gather and tabloader resident=True have the rows in memory by then)
     start = time.perf_counter()
-    seq = KerasSequenceLoader(tl.Dataset(path), batch_size=args.batch_size, shuffle=True, seed=0,
-                              device=args.device, **cols)
-    rows = 0
-    for i in range(len(seq)):
-        x, y = seq[i]
-        rows += int(y.shape[0])
-    seq.on_epoch_end()
-    t_tl = time.perf_counter() - start
+    seq = new_sequence()
+    rows, t_tl = sequence_epoch(seq, start)
     assert rows == args.rows, (rows, args.rows)
-    results["tl_loader_s"], results["tl_loader_rows_s"] = t_tl, rows / t_tl
-    results["tl_conversion"] = repr(seq.stats)
-    print(f"tabloader loader alone: {rows:,} rows in {t_tl:.2f} s ({rows / t_tl / 1e6:.3f} M rows/s); "
-          f"{seq.stats}", flush=True)
+    results["tl_conversion"] = repr(seq.stats)  # of the first epoch
+    rows, t_tl2 = sequence_epoch(seq, time.perf_counter())
+    assert rows == args.rows, (rows, args.rows)
+    results.update(tl_loader_s=t_tl, tl_loader_rows_s=rows / t_tl, tl_loader2_s=t_tl2, tl_loader2_rows_s=rows / t_tl2)
+    print(f"tabloader loader alone: epoch 1 {t_tl:.2f} s ({rows / t_tl / 1e6:.3f} M rows/s), epoch 2 {t_tl2:.2f} s "
+          f"({rows / t_tl2 / 1e6:.3f} M rows/s); epoch 1 {results['tl_conversion']}", flush=True)
     seq.close()
-    del seq, x, y
+    seq = new_sequence(resident=True)
+    sequence_epoch(seq, time.perf_counter())
+    rows, t_res2 = sequence_epoch(seq, time.perf_counter())
+    assert rows == args.rows, (rows, args.rows)
+    results.update(tl_resident2_s=t_res2, tl_resident2_rows_s=rows / t_res2)
+    print(f"tabloader loader alone, resident=True: epoch 2 {t_res2:.2f} s ({rows / t_res2 / 1e6:.3f} M rows/s)",
+          flush=True)
+    seq.close()
+    del seq
     gc.collect()
 
-    # 2. tf.data loader alone ---------------------------------------------------------------------
+    start = time.perf_counter()
+    ds, n_rows = tfdata_gather_pipeline(files, args.batch_size)
+    t_read = time.perf_counter() - start
+    rows, t_g = dataset_epoch(ds, start)
+    assert rows == n_rows == args.rows, (rows, n_rows, args.rows)
+    rows, t_g2 = dataset_epoch(ds, time.perf_counter())
+    assert rows == args.rows, (rows, args.rows)
+    results.update(gather_read_s=t_read, gather_loader_s=t_g, gather_loader_rows_s=rows / t_g,
+                   gather_loader2_s=t_g2, gather_loader2_rows_s=rows / t_g2)
+    print(f"tf.data gather loader alone: epoch 1 {t_g:.2f} s incl. read {t_read:.2f} s "
+          f"({rows / t_g / 1e6:.3f} M rows/s), epoch 2 {t_g2:.2f} s ({rows / t_g2 / 1e6:.3f} M rows/s)", flush=True)
+    del ds
+    gc.collect()
+
     start = time.perf_counter()
     ds, n_rows = tfdata_pipeline(sub_files, args.batch_size, args.shuffle_buffer)
-    rows = 0
-    for x, y in ds:
-        rows += int(y.shape[0])
-    t_tfd = time.perf_counter() - start
+    rows, t_tfd = dataset_epoch(ds, start)
     assert rows == n_rows
     results["tfdata_rows"] = n_rows
     results["tfdata_loader_s"], results["tfdata_loader_rows_s"] = t_tfd, rows / t_tfd
-    print(f"tf.data loader alone: {rows:,} rows in {t_tfd:.2f} s ({rows / t_tfd / 1e6:.4f} M rows/s)", flush=True)
-    del ds, x, y
+    print(f"tf.data slices loader alone: {rows:,} rows in {t_tfd:.2f} s ({rows / t_tfd / 1e6:.4f} M rows/s)",
+          flush=True)
+    del ds
     gc.collect()
 
     if not args.skip_fit:
-        # 3. fit with KerasSequenceLoader -----------------------------------------------------------
-        model = build_model(schema, args.dim)
-        seq = KerasSequenceLoader(tl.Dataset(path), batch_size=args.batch_size, shuffle=True, seed=0,
-                                  device=args.device, **cols)
-        timer = StepTimer()
-        start = time.perf_counter()
-        model.fit(seq, epochs=1, verbose=0, callbacks=[timer])
-        wall = time.perf_counter() - start
-        rate = (args.rows - args.batch_size) / (timer.end - timer.first)
-        results.update(tl_fit_wall_s=wall, tl_fit_rows_s=rate, tl_fit_loss=timer.loss)
-        print(f"fit + KerasSequenceLoader: wall {wall:.1f} s (first step {timer.first - start:.1f} s), "
-              f"{rate / 1e6:.3f} M rows/s after step 1, loss {timer.loss:.4f}", flush=True)
-        seq.close()
-        del model, seq
-        gc.collect()
-
-        # 4. fit with tf.data ------------------------------------------------------------------------
-        model = build_model(schema, args.dim)
-        ds, n_rows = tfdata_pipeline(sub_files, args.batch_size, args.shuffle_buffer)
-        timer = StepTimer()
-        start = time.perf_counter()
-        model.fit(ds, epochs=1, verbose=0, callbacks=[timer])
-        wall = time.perf_counter() - start
-        rate = (n_rows - args.batch_size) / (timer.end - timer.first)
-        results.update(tfdata_fit_wall_s=wall, tfdata_fit_rows_s=rate, tfdata_fit_loss=timer.loss)
-        print(f"fit + tf.data: wall {wall:.1f} s on {n_rows:,} rows (first step {timer.first - start:.1f} s), "
-              f"{rate / 1e6:.4f} M rows/s after step 1, loss {timer.loss:.4f}", flush=True)
-        del model, ds
-        gc.collect()
+        # 2. model.fit, one epoch, with each pipeline ---------------------------------------------
+        fits = [("tl", lambda: (new_sequence(), args.rows)),
+                ("gather", lambda: tfdata_gather_pipeline(files, args.batch_size)),
+                ("tfdata", lambda: tfdata_pipeline(sub_files, args.batch_size, args.shuffle_buffer))]
+        for key, make in fits:
+            model = build_model(schema, args.dim)
+            data, n_rows = make()
+            timer = StepTimer()
+            start = time.perf_counter()
+            model.fit(data, epochs=1, verbose=0, callbacks=[timer])
+            wall = time.perf_counter() - start
+            rate = (n_rows - args.batch_size) / (timer.end - timer.first)
+            results.update({f"{key}_fit_wall_s": wall, f"{key}_fit_rows_s": rate, f"{key}_fit_loss": timer.loss})
+            print(f"fit + {key}: wall {wall:.1f} s on {n_rows:,} rows (first step {timer.first - start:.1f} s), "
+                  f"{rate / 1e6:.4f} M rows/s after step 1, loss {timer.loss:.4f}", flush=True)
+            if hasattr(data, "close"):
+                data.close()
+            del model, data
+            gc.collect()
 
     results["peak_rss_mb"] = peak_rss_mb()
-    sub = f"{results['tfdata_rows']:,} rows, extrapolated" if results["tfdata_rows"] != args.rows else "all rows"
-    table = [
-        ["loader alone", "KerasSequenceLoader", f"{args.rows:,}", results["tl_loader_rows_s"],
-         args.rows / results["tl_loader_rows_s"], f"{results['tl_loader_rows_s'] / results['tfdata_loader_rows_s']:.1f}x"],
-        ["loader alone", "tf.data (slices+shuffle+batch)", sub, results["tfdata_loader_rows_s"],
-         args.rows / results["tfdata_loader_rows_s"], "1x"],
-    ]
-    if not args.skip_fit:
-        table += [
-            ["model.fit 1 epoch", "KerasSequenceLoader", f"{args.rows:,}", results["tl_fit_rows_s"],
-             args.rows / results["tl_fit_rows_s"], f"{results['tl_fit_rows_s'] / results['tfdata_fit_rows_s']:.1f}x"],
-            ["model.fit 1 epoch", "tf.data (slices+shuffle+batch)", sub, results["tfdata_fit_rows_s"],
-             args.rows / results["tfdata_fit_rows_s"], "1x"],
-        ]
+    results["load_after"] = os.getloadavg()
     print()
     print(f"Keras fit, {args.rows:,} rows, batch {args.batch_size}, device {args.device}, {os.cpu_count()} CPUs, "
-          f"embedding dim {args.dim}, shuffle buffer {args.shuffle_buffer:,}; peak RSS {results['peak_rss_mb']:.0f} MB")
+          f"embedding dim {args.dim}, shuffle buffer {args.shuffle_buffer:,}; peak RSS {results['peak_rss_mb']:.0f} MB; "
+          f"load average before {results['load_before'][0]:.1f}, after {results['load_after'][0]:.1f}")
     results["table"] = print_table(["job", "pipeline", "rows measured", "rows/s", f"s per {args.rows:,} rows",
-                                    "speed-up"], table)
+                                    "vs tf.data gather", "vs tf.data slices"], table_rows(results, args))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
     return results
 
+
+GATHER = "tf.data gather (in memory, global shuffle)"
+SLICES = "tf.data slices+shuffle+batch"
+
+
+def table_rows(results: dict, args) -> list[list]:
+    """The comparison table: each measured rate, and its speed-up over the two tf.data baselines."""
+    n = args.rows
+    sub = f"{results['tfdata_rows']:,} rows, extrapolated" if results["tfdata_rows"] != n else "all rows"
+    jobs = [("loader alone, epoch 1", "tabloader KerasSequenceLoader", f"{n:,}", "tl_loader", "gather_loader",
+             "tfdata_loader"),
+            ("loader alone, epoch 1", GATHER, f"{n:,} (incl. read)", "gather_loader", "gather_loader",
+             "tfdata_loader"),
+            ("loader alone, epoch 1", SLICES, sub, "tfdata_loader", "gather_loader", "tfdata_loader"),
+            ("loader alone, epoch 2", "tabloader KerasSequenceLoader", f"{n:,}", "tl_loader2", "gather_loader2", None),
+            ("loader alone, epoch 2", "tabloader KerasSequenceLoader(resident=True)", f"{n:,}", "tl_resident2",
+             "gather_loader2", None),
+            ("loader alone, epoch 2", GATHER, f"{n:,}", "gather_loader2", "gather_loader2", None)]
+    if "tl_fit_rows_s" in results:
+        jobs += [("model.fit 1 epoch", "tabloader KerasSequenceLoader", f"{n:,}", "tl_fit", "gather_fit", "tfdata_fit"),
+                 ("model.fit 1 epoch", GATHER, f"{n:,}", "gather_fit", "gather_fit", "tfdata_fit"),
+                 ("model.fit 1 epoch", SLICES, sub, "tfdata_fit", "gather_fit", "tfdata_fit")]
+    rows = []
+    for job, pipeline, measured, key, gather_key, slices_key in jobs:
+        rate = results[f"{key}_rows_s"]
+        vs = [f"{rate / results[f'{k}_rows_s']:.2f}x" if k else "-" for k in (gather_key, slices_key)]
+        rows.append([job, pipeline, measured, rate, n / rate, *vs])
+    return rows
+
+
+def sequence_epoch(seq, start: float) -> tuple[int, float]:
+    """Rows of one epoch of a KerasSequenceLoader read by index, and seconds since ``start``."""
+    rows = 0
+    for i in range(len(seq)):
+        rows += int(seq[i][1].shape[0])
+    seq.on_epoch_end()
+    return rows, time.perf_counter() - start
+
+
+def dataset_epoch(ds, start: float) -> tuple[int, float]:
+    """Rows of one pass over a tf.data dataset of ``(features, target)``, and seconds since ``start``."""
+    rows = 0
+    for _, target in ds:
+        rows += int(target.shape[0])
+    return rows, time.perf_counter() - start
 
 if __name__ == "__main__":
     main()
