@@ -195,69 +195,53 @@ def main(argv=None) -> dict:
 
     # 1. loaders alone: one epoch each, from the parquet files on; a second epoch of those that run
     #    over all rows (tf.data gather and tabloader resident=True have the rows in memory by then)
-    start = time.perf_counter()
+    clock = Stopwatch()
     seq = new_sequence()
-    rows, t_tl = sequence_epoch(seq, start)
-    assert rows == args.rows, (rows, args.rows)
+    record(results, "tl_loader", args.rows, sequence_epoch(seq), clock.lap())
     results["tl_conversion"] = repr(seq.stats)  # of the first epoch
-    rows, t_tl2 = sequence_epoch(seq, time.perf_counter())
-    assert rows == args.rows, (rows, args.rows)
-    results.update(tl_loader_s=t_tl, tl_loader_rows_s=rows / t_tl, tl_loader2_s=t_tl2, tl_loader2_rows_s=rows / t_tl2)
-    print(f"tabloader loader alone: epoch 1 {t_tl:.2f} s ({rows / t_tl / 1e6:.3f} M rows/s), epoch 2 {t_tl2:.2f} s "
-          f"({rows / t_tl2 / 1e6:.3f} M rows/s); epoch 1 {results['tl_conversion']}", flush=True)
+    record(results, "tl_loader2", args.rows, sequence_epoch(seq), clock.lap())
     seq.close()
     seq = new_sequence(resident=True)
-    sequence_epoch(seq, time.perf_counter())
-    rows, t_res2 = sequence_epoch(seq, time.perf_counter())
-    assert rows == args.rows, (rows, args.rows)
-    results.update(tl_resident2_s=t_res2, tl_resident2_rows_s=rows / t_res2)
-    print(f"tabloader loader alone, resident=True: epoch 2 {t_res2:.2f} s ({rows / t_res2 / 1e6:.3f} M rows/s)",
-          flush=True)
+    sequence_epoch(seq)
+    clock.lap()
+    record(results, "tl_resident2", args.rows, sequence_epoch(seq), clock.lap())
     seq.close()
     del seq
     gc.collect()
 
-    start = time.perf_counter()
+    clock.lap()
     ds, n_rows = tfdata_gather_pipeline(files, args.batch_size)
-    t_read = time.perf_counter() - start
-    rows, t_g = dataset_epoch(ds, start)
-    assert rows == n_rows == args.rows, (rows, n_rows, args.rows)
-    rows, t_g2 = dataset_epoch(ds, time.perf_counter())
-    assert rows == args.rows, (rows, args.rows)
-    results.update(gather_read_s=t_read, gather_loader_s=t_g, gather_loader_rows_s=rows / t_g,
-                   gather_loader2_s=t_g2, gather_loader2_rows_s=rows / t_g2)
-    print(f"tf.data gather loader alone: epoch 1 {t_g:.2f} s incl. read {t_read:.2f} s "
-          f"({rows / t_g / 1e6:.3f} M rows/s), epoch 2 {t_g2:.2f} s ({rows / t_g2 / 1e6:.3f} M rows/s)", flush=True)
+    results["gather_read_s"] = time.perf_counter() - clock.wall
+    record(results, "gather_loader", n_rows, dataset_epoch(ds), clock.lap())
+    record(results, "gather_loader2", n_rows, dataset_epoch(ds), clock.lap())
     del ds
     gc.collect()
 
-    start = time.perf_counter()
+    clock.lap()
     ds, n_rows = tfdata_pipeline(sub_files, args.batch_size, args.shuffle_buffer)
-    rows, t_tfd = dataset_epoch(ds, start)
-    assert rows == n_rows
+    record(results, "tfdata_loader", n_rows, dataset_epoch(ds), clock.lap())
     results["tfdata_rows"] = n_rows
-    results["tfdata_loader_s"], results["tfdata_loader_rows_s"] = t_tfd, rows / t_tfd
-    print(f"tf.data slices loader alone: {rows:,} rows in {t_tfd:.2f} s ({rows / t_tfd / 1e6:.4f} M rows/s)",
-          flush=True)
     del ds
     gc.collect()
 
     if not args.skip_fit:
-        # 2. model.fit, one epoch, with each pipeline ---------------------------------------------
-        fits = [("tl", lambda: (new_sequence(), args.rows)),
-                ("gather", lambda: tfdata_gather_pipeline(files, args.batch_size)),
-                ("tfdata", lambda: tfdata_pipeline(sub_files, args.batch_size, args.shuffle_buffer))]
+        # 2. model.fit, one epoch, with each pipeline (end to end: the pipeline is built on the clock)
+        fits = [("tl_fit", lambda: (new_sequence(), args.rows)),
+                ("gather_fit", lambda: tfdata_gather_pipeline(files, args.batch_size)),
+                ("tfdata_fit", lambda: tfdata_pipeline(sub_files, args.batch_size, args.shuffle_buffer))]
         for key, make in fits:
             model = build_model(schema, args.dim)
+            clock.lap()
             data, n_rows = make()
             timer = StepTimer()
-            start = time.perf_counter()
             model.fit(data, epochs=1, verbose=0, callbacks=[timer])
-            wall = time.perf_counter() - start
+            wall, cpu = clock.lap()
+            # the rate after the first step (which traces the train function and, for tf.data
+            # slices, fills the shuffle buffer)
             rate = (n_rows - args.batch_size) / (timer.end - timer.first)
-            results.update({f"{key}_fit_wall_s": wall, f"{key}_fit_rows_s": rate, f"{key}_fit_loss": timer.loss})
-            print(f"fit + {key}: wall {wall:.1f} s on {n_rows:,} rows (first step {timer.first - start:.1f} s), "
-                  f"{rate / 1e6:.4f} M rows/s after step 1, loss {timer.loss:.4f}", flush=True)
+            record(results, key, n_rows, n_rows, (wall, cpu))
+            results.update({f"{key}_rows_s": rate, f"{key}_loss": timer.loss})
+            print(f"  {key}: {rate / 1e6:.4f} M rows/s after step 1, loss {timer.loss:.4f}", flush=True)
             if hasattr(data, "close"):
                 data.close()
             del model, data
@@ -270,7 +254,8 @@ def main(argv=None) -> dict:
           f"embedding dim {args.dim}, shuffle buffer {args.shuffle_buffer:,}; peak RSS {results['peak_rss_mb']:.0f} MB; "
           f"load average before {results['load_before'][0]:.1f}, after {results['load_after'][0]:.1f}")
     results["table"] = print_table(["job", "pipeline", "rows measured", "rows/s", f"s per {args.rows:,} rows",
-                                    "vs tf.data gather", "vs tf.data slices"], table_rows(results, args))
+                                    f"CPU s per {args.rows:,} rows", "vs tf.data gather", "vs tf.data slices"],
+                                   table_rows(results, args))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
@@ -282,45 +267,69 @@ SLICES = "tf.data slices+shuffle+batch"
 
 
 def table_rows(results: dict, args) -> list[list]:
-    """The comparison table: each measured rate, and its speed-up over the two tf.data baselines."""
+    """The comparison table: each measured rate, the CPU seconds (all threads) the measured run
+    used, scaled to ``args.rows`` rows, and the speed-up over the two tf.data baselines."""
     n = args.rows
     sub = f"{results['tfdata_rows']:,} rows, extrapolated" if results["tfdata_rows"] != n else "all rows"
-    jobs = [("loader alone, epoch 1", "tabloader KerasSequenceLoader", f"{n:,}", "tl_loader", "gather_loader",
-             "tfdata_loader"),
-            ("loader alone, epoch 1", GATHER, f"{n:,} (incl. read)", "gather_loader", "gather_loader",
-             "tfdata_loader"),
-            ("loader alone, epoch 1", SLICES, sub, "tfdata_loader", "gather_loader", "tfdata_loader"),
-            ("loader alone, epoch 2", "tabloader KerasSequenceLoader", f"{n:,}", "tl_loader2", "gather_loader2", None),
-            ("loader alone, epoch 2", "tabloader KerasSequenceLoader(resident=True)", f"{n:,}", "tl_resident2",
-             "gather_loader2", None),
-            ("loader alone, epoch 2", GATHER, f"{n:,}", "gather_loader2", "gather_loader2", None)]
+    tl, resident = "tabloader KerasSequenceLoader", "tabloader KerasSequenceLoader(resident=True)"
+    epoch1, epoch2, fit = "loader alone, epoch 1", "loader alone, epoch 2", "model.fit 1 epoch"
+    jobs = [(epoch1, tl, f"{n:,}", "tl_loader", "gather_loader", "tfdata_loader"),
+            (epoch1, GATHER, f"{n:,} (incl. read)", "gather_loader", "gather_loader", "tfdata_loader"),
+            (epoch1, SLICES, sub, "tfdata_loader", "gather_loader", "tfdata_loader"),
+            (epoch2, tl, f"{n:,}", "tl_loader2", "gather_loader2", None),
+            (epoch2, resident, f"{n:,}", "tl_resident2", "gather_loader2", None),
+            (epoch2, GATHER, f"{n:,}", "gather_loader2", "gather_loader2", None)]
     if "tl_fit_rows_s" in results:
-        jobs += [("model.fit 1 epoch", "tabloader KerasSequenceLoader", f"{n:,}", "tl_fit", "gather_fit", "tfdata_fit"),
-                 ("model.fit 1 epoch", GATHER, f"{n:,}", "gather_fit", "gather_fit", "tfdata_fit"),
-                 ("model.fit 1 epoch", SLICES, sub, "tfdata_fit", "gather_fit", "tfdata_fit")]
+        jobs += [(fit, tl, f"{n:,}", "tl_fit", "gather_fit", "tfdata_fit"),
+                 (fit, GATHER, f"{n:,}", "gather_fit", "gather_fit", "tfdata_fit"),
+                 (fit, SLICES, sub, "tfdata_fit", "gather_fit", "tfdata_fit")]
     rows = []
     for job, pipeline, measured, key, gather_key, slices_key in jobs:
         rate = results[f"{key}_rows_s"]
         vs = [f"{rate / results[f'{k}_rows_s']:.2f}x" if k else "-" for k in (gather_key, slices_key)]
-        rows.append([job, pipeline, measured, rate, n / rate, *vs])
+        cpu = results[f"{key}_cpu_s"] * n / results[f"{key}_rows"]
+        rows.append([job, pipeline, measured, rate, n / rate, cpu, *vs])
     return rows
 
 
-def sequence_epoch(seq, start: float) -> tuple[int, float]:
-    """Rows of one epoch of a KerasSequenceLoader read by index, and seconds since ``start``."""
+class Stopwatch:
+    """Wall and process CPU time (all threads: on a shared machine the CPU seconds a job used
+    vary less than its wall time)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        """(wall s, CPU s) since the previous lap, and a new lap starts."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        elapsed = wall - self.wall, cpu - self.cpu
+        self.wall, self.cpu = wall, cpu
+        return elapsed
+
+
+def record(results: dict, key: str, expected_rows: int, rows: int, lap: tuple[float, float]) -> None:
+    """Store and print one measurement: ``rows`` (checked) in ``lap`` = (wall s, CPU s)."""
+    assert rows == expected_rows, (key, rows, expected_rows)
+    wall, cpu = lap
+    results.update({f"{key}_rows": rows, f"{key}_s": wall, f"{key}_rows_s": rows / wall, f"{key}_cpu_s": cpu})
+    print(f"{key}: {rows:,} rows in {wall:.2f} s ({rows / wall / 1e6:.3f} M rows/s), CPU {cpu:.1f} s", flush=True)
+
+
+def sequence_epoch(seq) -> int:
+    """Rows of one epoch of a KerasSequenceLoader read by index."""
     rows = 0
     for i in range(len(seq)):
         rows += int(seq[i][1].shape[0])
     seq.on_epoch_end()
-    return rows, time.perf_counter() - start
+    return rows
 
 
-def dataset_epoch(ds, start: float) -> tuple[int, float]:
-    """Rows of one pass over a tf.data dataset of ``(features, target)``, and seconds since ``start``."""
+def dataset_epoch(ds) -> int:
+    """Rows of one pass over a tf.data dataset of ``(features, target)``."""
     rows = 0
     for _, target in ds:
         rows += int(target.shape[0])
-    return rows, time.perf_counter() - start
+    return rows
 
 if __name__ == "__main__":
     main()
