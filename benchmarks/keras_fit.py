@@ -262,8 +262,10 @@ def main(argv=None) -> dict:
     return results
 
 
-GATHER = "tf.data gather (in memory, global shuffle)"
-SLICES = "tf.data slices+shuffle+batch"
+GATHER = "tf.data gather"  # the names the table and its plot give the pipelines
+SLICES = "tf.data slices"
+TABLOADER = "tabloader"
+RESIDENT = "tabloader resident=True"
 
 
 def table_rows(results: dict, args) -> list[list]:
@@ -271,16 +273,15 @@ def table_rows(results: dict, args) -> list[list]:
     used, scaled to ``args.rows`` rows, and the speed-up over the two tf.data baselines."""
     n = args.rows
     sub = f"{results['tfdata_rows']:,} rows, extrapolated" if results["tfdata_rows"] != n else "all rows"
-    tl, resident = "tabloader KerasSequenceLoader", "tabloader KerasSequenceLoader(resident=True)"
     epoch1, epoch2, fit = "loader alone, epoch 1", "loader alone, epoch 2", "model.fit 1 epoch"
-    jobs = [(epoch1, tl, f"{n:,}", "tl_loader", "gather_loader", "tfdata_loader"),
+    jobs = [(epoch1, TABLOADER, f"{n:,}", "tl_loader", "gather_loader", "tfdata_loader"),
             (epoch1, GATHER, f"{n:,} (incl. read)", "gather_loader", "gather_loader", "tfdata_loader"),
             (epoch1, SLICES, sub, "tfdata_loader", "gather_loader", "tfdata_loader"),
-            (epoch2, tl, f"{n:,}", "tl_loader2", "gather_loader2", None),
-            (epoch2, resident, f"{n:,}", "tl_resident2", "gather_loader2", None),
+            (epoch2, TABLOADER, f"{n:,}", "tl_loader2", "gather_loader2", None),
+            (epoch2, RESIDENT, f"{n:,}", "tl_resident2", "gather_loader2", None),
             (epoch2, GATHER, f"{n:,}", "gather_loader2", "gather_loader2", None)]
     if "tl_fit_rows_s" in results:
-        jobs += [(fit, tl, f"{n:,}", "tl_fit", "gather_fit", "tfdata_fit"),
+        jobs += [(fit, TABLOADER, f"{n:,}", "tl_fit", "gather_fit", "tfdata_fit"),
                  (fit, GATHER, f"{n:,}", "gather_fit", "gather_fit", "tfdata_fit"),
                  (fit, SLICES, sub, "tfdata_fit", "gather_fit", "tfdata_fit")]
     rows = []

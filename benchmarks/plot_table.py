@@ -52,7 +52,8 @@ def human(value: float) -> str:
     return f"{value:.3g}"
 
 
-def plot(rows: list[dict[str, str]], label: Sequence[str], value: str, out: str, title: str) -> None:
+def plot(rows: list[dict[str, str]], label: Sequence[str], value: str, out: str, title: str,
+         log: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,7 +66,9 @@ def plot(rows: list[dict[str, str]], label: Sequence[str], value: str, out: str,
     values = [p[1] for p in points][::-1]
     colors = ["tab:blue" if n.split(" / ")[-1].startswith("tabloader") else "tab:gray" for n in names]
     ax.barh(names, values, color=colors)
-    ax.set_xlabel(value)
+    ax.set_xlabel(value + (" (log scale)" if log else ""))
+    if log:  # values spanning orders of magnitude: the small bars stay visible
+        ax.set_xscale("log")
     ax.set_title(title, fontsize=10, loc="left")
     for y, v in enumerate(values):
         ax.text(v, y, f" {human(v)}", va="center", fontsize=8)
@@ -80,10 +83,11 @@ def main() -> None:
     parser.add_argument("--value", required=True, help="numeric column to plot")
     parser.add_argument("--out", required=True)
     parser.add_argument("--title", default="")
+    parser.add_argument("--log", action="store_true", help="logarithmic value axis")
     args = parser.parse_args()
     with open(args.table_file) as f:
         rows = last_markdown_table(f.read())
-    plot(rows, args.label, args.value, args.out, args.title)
+    plot(rows, args.label, args.value, args.out, args.title, args.log)
 
 
 if __name__ == "__main__":
