@@ -36,7 +36,7 @@ extrapolated as rows / rate for all.
 
 Usage::
 
-    python benchmarks/keras_fit.py                      # 5M rows, batch 65536, tf.data on 500k rows
+    python benchmarks/keras_fit.py                      # 5M rows, batch 65536, tf.data slices on 500k rows
     python benchmarks/keras_fit.py --rows 1000000 --tfdata-rows 200000
 
 Not a test: prints a Markdown table (``--json`` writes the numbers).
@@ -164,7 +164,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dim", type=int, default=16, help="embedding width of every table")
     parser.add_argument("--tfdata-rows", type=int, default=500_000,
-                        help="rows the tf.data baseline runs over (whole files; 0 = all)")
+                        help="rows the tf.data slices baseline runs over (whole files; 0 = all)")
     parser.add_argument("--shuffle-buffer", type=int, default=100_000)
     parser.add_argument("--skip-fit", action="store_true", help="loaders alone only")
     parser.add_argument("--json", help="write the results here")
