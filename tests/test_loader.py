@@ -186,6 +186,27 @@ def test_resume_skips_consumed_chunks_without_reading(data):
     assert reads == needed and len(needed) < loader.dataset.npartitions
 
 
+# --- batches as frameworks take them ---------------------------------------------------------
+def test_batches_spanning_chunks_are_aligned_contiguous_columns(data):
+    """Chunks of 120 rows and batches of 32: most batches take rows from two chunks. Every
+    feature and target of every batch (those, and the short last one included) is a contiguous
+    1-D array starting 64-byte aligned -- what TensorFlow imports without a copy -- and its
+    rows belong together (cat, x and y recomputed from the id by hand)."""
+    loader = Loader(tl.Dataset(data), 32, seed=3, buffer_size=120 * ROW_BYTES)
+    assert [c.num_rows for c in loader.plan.chunks(0)] == [120, 120, 120, 40]
+    ids = []
+    for features, target in loader:
+        for name, array in [*features.items(), ("y", target)]:
+            assert array.ndim == 1 and array.flags.c_contiguous, name
+            assert array.ctypes.data % 64 == 0, (name, len(array))
+        ids.append(features["id"])
+        np.testing.assert_array_equal(features["cat"], features["id"] % 7)
+        np.testing.assert_array_equal(features["x"], (features["id"] * 0.5).astype(np.float32))
+        np.testing.assert_array_equal(target, (features["id"] % 2).astype(np.float32))
+    assert [len(i) for i in ids] == [32] * 12 + [16]
+    assert sorted(np.concatenate(ids).tolist()) == list(range(400))
+
+
 # --- memory ---------------------------------------------------------------------------------
 def test_memory_bounded_by_buffer(tmp_path):
     path = write_dataset(tmp_path / "d", [5000] * 8, row_group_size=1000)
