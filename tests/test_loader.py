@@ -6,7 +6,11 @@ the ``device`` fixture (tests/conftest.py): the CPU here, and CUDA, marked ``gpu
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import tracemalloc
 
@@ -223,6 +227,30 @@ def test_memory_bounded_by_buffer(tmp_path):
     assert loader._buffer.slots == 2
     # two chunk buffers + a decoded partition + batches: far below the 40k rows of the dataset
     assert peak < 8 * budget_rows * ROW_BYTES + 2_000_000, peak
+
+
+def test_chunk_of_many_partitions_holds_few_decoded_at_once(tmp_path):
+    """Chunks spanning 8 partitions: each decoded partition is packed as it comes and freed, so
+    arrow's memory pool (the partitions are decoded into it) peaks at a few partitions -- the one
+    being packed and the one decoded ahead -- never at the chunk's eight. Run in a fresh
+    interpreter, whose pool peak is the loader's alone."""
+    path = write_dataset(tmp_path / "d", [20_000] * 12, row_group_size=5_000)
+    code = textwrap.dedent("""
+        import json, sys
+        import tabloader as tl
+        from tabloader.loader.reader import memory_pool
+        ds = tl.Dataset(sys.argv[1], part_size=int(sys.argv[2]))
+        loader = tl.Loader(ds, 4096, buffer_size=int(sys.argv[3]), seed=0)
+        rows = sum(len(y) for _, y in loader)
+        print(json.dumps({"rows": rows, "sizes": ds.partition_sizes(), "peak": memory_pool().max_memory(),
+                          "segments": [len(c.segments) for c in loader.plan.chunks(0)]}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, path, str(20_000 * ROW_BYTES), str(120_000 * ROW_BYTES)],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout)
+    assert r["rows"] == 240_000 and min(r["segments"]) >= 6, r
+    partition_bytes = max(r["sizes"]) * ROW_BYTES  # decoded: 4 columns of fixed width, no nulls
+    assert r["peak"] < 5 * partition_bytes, (r, partition_bytes)
 
 
 # --- columns --------------------------------------------------------------------------------

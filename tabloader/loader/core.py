@@ -218,8 +218,8 @@ class Loader:
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
                resident: frozenset[int]) -> Chunk:
         with self._on_device():
-            sources = [self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments]
-            chunk = buffer.fill(spec, sources)
+            sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
+            chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
             chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
         return chunk
 
