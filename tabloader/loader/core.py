@@ -56,7 +56,8 @@ class Loader:
             divide evenly among them).
         buffer_size: bytes of one chunk (``"256MB"`` or an int): rows are shuffled within a
             chunk. The loader holds at most two chunks (the one consumed and the one being
-            prefetched), plus one decoded partition (and the resident partitions).
+            prefetched), plus the decoded partition being packed and, when prefetching, the
+            next one decoded ahead (and the resident partitions).
         parts_per_chunk: partitions per chunk instead of a byte budget.
         global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
             get disjoint rows and the same number of batches; rows that do not divide evenly are
