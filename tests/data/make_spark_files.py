@@ -14,7 +14,7 @@ The datasets keep Spark's habits, side files included (``_SUCCESS``, ``.crc``, p
 - ``criteo``: Criteo-like rows (label, I1..I3 ints with nulls, C1..C3 strings with nulls)
   written with ``partitionBy("day")``, a null day landing in ``day=__HIVE_DEFAULT_PARTITION__``.
 - ``types``: byte, short, int, long, float, double, boolean, dictionary-encoded string, date,
-  INT96 timestamp (Spark's default ``outputTimestampType``), TIMESTAMP_NTZ, decimals stored as
+  INT96 timestamp (Spark's default ``outputTimestampType``; 9999-12-31 and 1901 among them), TIMESTAMP_NTZ, decimals stored as
   INT32, INT64 and FIXED_LEN_BYTE_ARRAY, binary, and arrays (3-level lists), nulls everywhere.
 - ``legacy``: the same rows with ``spark.sql.parquet.writeLegacyFormat=true`` (2-level lists
   named ``bag``/``array``, every decimal a FIXED_LEN_BYTE_ARRAY).
@@ -22,6 +22,7 @@ The datasets keep Spark's habits, side files included (``_SUCCESS``, ``.crc``, p
 - ``partitioned``: ``partitionBy("country", "date")``, string keys Spark escapes, a null one.
 - ``empty``: no rows at all.
 - ``nested``: struct, map, array of arrays and array of structs columns beside an ``id``.
+- ``appended``: two appends whose array column differs in ``containsNull`` only.
 - ``evolved``: a dataset appended to with one more column (what ``mergeSchema`` reads).
 
 Every value is made here from a seeded ``random.Random``, so a rerun writes the same rows
@@ -87,10 +88,14 @@ def typed_rows(rng: random.Random, n: int = 60) -> list[tuple]:
     def decimal_of(digits: int, scale: int) -> decimal.Decimal:
         return decimal.Decimal(rng.randint(-10**digits + 1, 10**digits - 1)).scaleb(-scale)
 
+    # the first rows hold the extremes: a warehouse's "valid until" sentinel, an early year
+    extremes = [datetime.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+                datetime.datetime(1901, 1, 1, 0, 0, 0, 1, tzinfo=UTC)]
     rows = []
     for i in range(n):
         at = datetime.datetime(2021, 3, 1, tzinfo=UTC) + datetime.timedelta(seconds=rng.randint(0, 10**8),
                                                                                microseconds=rng.randint(0, 999_999))
+        at = extremes[i] if i < len(extremes) else maybe(rng, at)
         rows.append((
             i,
             maybe(rng, rng.randint(-128, 127)),
@@ -102,8 +107,8 @@ def typed_rows(rng: random.Random, n: int = 60) -> list[tuple]:
             maybe(rng, rng.random() < 0.5),
             maybe(rng, rng.choice(["red", "green", "blue"])),  # few values: dictionary-encoded
             maybe(rng, datetime.date(1960, 1, 1) + datetime.timedelta(days=rng.randint(0, 30000))),
-            maybe(rng, at),
-            maybe(rng, at.replace(tzinfo=None) - datetime.timedelta(days=400)),
+            at,
+            None if at is None else at.replace(tzinfo=None) - datetime.timedelta(days=400),
             maybe(rng, decimal_of(7, 2)),
             maybe(rng, decimal_of(15, 3)),
             maybe(rng, decimal_of(25, 5)),
@@ -162,6 +167,21 @@ def write_empty(spark, out: str) -> None:
     frame.write.parquet(os.path.join(out, "empty"))
 
 
+def write_appended(spark, out: str) -> None:
+    """Two appends whose array column differs only in ``containsNull``: ``split`` makes
+    arrays without null elements, ``array(...)`` arrays that may hold them. Spark reads the
+    folder as one table."""
+    from pyspark.sql import functions as F
+
+    path = os.path.join(out, "appended")
+    words = spark.createDataFrame([(i, f"w{i % 3} w{i % 5}") for i in range(8)], "id long, s string")
+    words.select("id", F.split("s", " ").alias("words")).coalesce(1).write.parquet(path)
+    pairs = spark.createDataFrame([(i, f"w{i % 4}", None if i % 3 else f"w{i % 2}") for i in range(8, 16)],
+                                  "id long, a string, b string")
+    pairs.select("id", F.array("a", "b").alias("words")).coalesce(1).write.mode("append").parquet(path)
+    write_json(spark.read.parquet(path), os.path.join(out, "appended.jsonl"))
+
+
 def write_nested(spark, out: str) -> None:
     from pyspark.sql import types as T
 
@@ -215,6 +235,7 @@ def main(out: str) -> None:
         write_empty(spark, staging)
         write_nested(spark, staging)
         write_evolved(spark, staging)
+        write_appended(spark, staging)
     finally:
         spark.stop()
     shutil.rmtree(out, ignore_errors=True)
