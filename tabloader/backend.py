@@ -302,6 +302,12 @@ def _pandas_type_for_arrow(arrow_type: Any) -> Any:
     return pd.ArrowDtype(arrow_type) if is_arrow_backed(arrow_type) else None
 
 
+# Spark (by default), Hive and Impala write timestamps as INT96. They are read in microseconds,
+# Spark's own precision: in nanoseconds, pyarrow's default, any date after 2262 (9999-12-31, a
+# warehouse's "valid until") silently wraps around. Sub-microsecond digits (Impala) are dropped.
+INT96_UNIT = "us"
+
+
 def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
                  device: str = "cpu", filesystem: Any = None) -> Any:
     """Read one parquet file (optionally some row groups) into a DataFrame on ``device``.
@@ -334,7 +340,7 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
     columns = None if columns is None else list(columns)
     row_groups = None if row_groups is None else list(row_groups)
     if memory_pool is None:
-        with pq.ParquetFile(str(path), filesystem=fs) as file:
+        with pq.ParquetFile(str(path), filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT) as file:
             table = (file.read(columns=columns, use_threads=True) if row_groups is None
                      else file.read_row_groups(row_groups, columns=columns, use_threads=True))
     else:
@@ -350,7 +356,8 @@ def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups:
     import pyarrow.dataset as pds
 
     scan = pds.ParquetFragmentScanOptions(pre_buffer=True)
-    fragment = pds.ParquetFileFormat(default_fragment_scan_options=scan).make_fragment(
+    options = pds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT)
+    fragment = pds.ParquetFileFormat(read_options=options, default_fragment_scan_options=scan).make_fragment(
         path, filesystem=fs, row_groups=row_groups)
     if columns is not None:
         present = set(fragment.physical_schema.names)  # the dataset reader refuses a missing column
