@@ -104,12 +104,18 @@ def test_every_spark_type_reads_as_spark_wrote_it(name, utc):
                                   typed_expected(rows, utc))
 
 
-def test_int96_sentinel_dates_do_not_overflow():
+@pytest.mark.parametrize("memory_pool", [None, pa.default_memory_pool()], ids=["file_reader", "fragment_reader"])
+def test_int96_sentinel_dates_do_not_overflow(memory_pool):
     """9999-12-31 (a warehouse's "valid until") is beyond what nanoseconds hold (year 2262):
-    read as nanoseconds it silently became a date in 1816."""
-    ts = tl.Dataset(spark_path("types")).compute().sort_values("id")["ts"]
-    assert ts.iloc[0] == pd.Timestamp("9999-12-31 23:59:59.999999")
-    assert ts.iloc[1] == pd.Timestamp("1901-01-01 00:00:00.000001")
+    read as nanoseconds it silently became a date in 1816. Both arrow readers (the loader
+    passes a memory pool) and the pandas partitions read it as Spark wrote it."""
+    ds = tl.Dataset(spark_path("types"), part_size=1)
+    tables = [ds.read_partition_arrow(i, ["id", "ts"], memory_pool=memory_pool) for i in range(ds.npartitions)]
+    by_id = dict(zip(*pa.concat_tables(tables).to_pydict().values()))
+    frame = ds.compute().set_index("id")["ts"]
+    for row_id, expected in [(0, datetime.datetime(9999, 12, 31, 23, 59, 59, 999_999)),
+                             (1, datetime.datetime(1901, 1, 1, 0, 0, 0, 1))]:
+        assert by_id[row_id] == expected and frame[row_id] == pd.Timestamp(expected)
 
 
 def test_side_files_are_not_data():
