@@ -278,3 +278,16 @@ def test_schema_evolution_is_refused_naming_the_files_and_the_column():
         tl.Dataset(spark_path("evolved"))
     message = str(info.value)
     assert first in message and second in message and "'version'" in message
+
+
+def test_columns_every_append_has_read_from_an_evolved_table():
+    """Leaving the added column out reads every row: files may differ in columns not read.
+    The added column itself is still refused, naming a file and the column."""
+    rows = spark_rows("evolved")
+    got = read_sorted(tl.Dataset(spark_path("evolved"), columns=["id", "score"], part_size=1))
+    expected = pd.DataFrame({"id": np.array(values(rows, "id"), np.int64),
+                             "score": np.array([float(v) for v in values(rows, "score")])})
+    pd.testing.assert_frame_equal(got, expected)
+    with pytest.raises((SchemaMismatchError, KeyError)) as info:
+        tl.Dataset(spark_path("evolved"), columns=["id", "version"])
+    assert "version" in str(info.value) and os.path.join("evolved", "part-00000-") in str(info.value)
