@@ -305,6 +305,8 @@ def _pandas_type_for_arrow(arrow_type: Any) -> Any:
 # Spark (by default), Hive and Impala write timestamps as INT96. They are read in microseconds,
 # Spark's own precision: in nanoseconds, pyarrow's default, any date after 2262 (9999-12-31, a
 # warehouse's "valid until") silently wraps around. Sub-microsecond digits (Impala) are dropped.
+# cuDF's Python reader has no such option: on the GPU they are decoded in nanoseconds, then cast to
+# the dataset's microseconds, so there dates past 2262 still wrap.
 INT96_UNIT = "us"
 
 
