@@ -49,8 +49,8 @@ class ParquetSource(Source):
     others numpy; ``key=value`` folders (hive partitioning) become columns; files may order
     their columns differently (the first file's order is used); dictionary-encoded columns are
     read as their values. Files disagreeing on their columns or types (only ``columns`` when
-    given) are refused with a :class:`~tabloader.dataset.SchemaMismatchError` naming both. All of it is decided here,
-    from the folders and footers, before any data is read.
+    given) are refused with a :class:`~tabloader.dataset.SchemaMismatchError` naming both.
+    All of it is decided here, from the folders and footers, before any data is read.
 
     Args:
         files: the parquet files.
