@@ -14,8 +14,9 @@ The datasets keep Spark's habits, side files included (``_SUCCESS``, ``.crc``, p
 - ``criteo``: Criteo-like rows (label, I1..I3 ints with nulls, C1..C3 strings with nulls)
   written with ``partitionBy("day")``, a null day landing in ``day=__HIVE_DEFAULT_PARTITION__``.
 - ``types``: byte, short, int, long, float, double, boolean, dictionary-encoded string, date,
-  INT96 timestamp (Spark's default ``outputTimestampType``; 9999-12-31 and 1901 among them), TIMESTAMP_NTZ, decimals stored as
-  INT32, INT64 and FIXED_LEN_BYTE_ARRAY, binary, and arrays (3-level lists), nulls everywhere.
+  INT96 timestamp (Spark's default ``outputTimestampType``; 9999-12-31 and 1901 among them),
+  TIMESTAMP_NTZ, decimals stored as INT32, INT64 and FIXED_LEN_BYTE_ARRAY, binary, and arrays
+  (3-level lists), nulls everywhere.
 - ``legacy``: the same rows with ``spark.sql.parquet.writeLegacyFormat=true`` (2-level lists
   named ``bag``/``array``, every decimal a FIXED_LEN_BYTE_ARRAY).
 - ``micros``: the same rows with ``outputTimestampType=TIMESTAMP_MICROS`` (UTC-adjusted).
