@@ -395,9 +395,10 @@ def asarray(values: Any, device: str) -> Any:
 def list_flatten(series: Any) -> tuple[Any, Any]:
     """The element values of a list column, and a function rebuilding a list column from new ones.
 
-    ``values`` is a pandas Series of the elements (nulls kept) with a fresh RangeIndex;
+    ``values`` is a Series of the elements (nulls kept) with a fresh RangeIndex;
     ``rebuild(new_values)`` takes an array of the same length and returns a list Series with
-    the original offsets, null lists and index. cuDF list columns go through arrow.
+    the original offsets, null lists and index. cuDF list columns stay on the device: their
+    elements are the column's child, rebuilt under its offsets (:func:`list_layout`).
 
     Example:
         >>> import pyarrow as pa
@@ -408,11 +409,11 @@ def list_flatten(series: Any) -> tuple[Any, Any]:
     """
     import pyarrow as pa
 
-    gpu = is_gpu_object(series)
+    if is_gpu_object(series):
+        return _device_list_flatten(series)
     index = series.index
-    chunked = series.to_arrow() if gpu else pa.chunked_array(series.array.__arrow_array__()
-                                                             if hasattr(series.array, "__arrow_array__")
-                                                             else pa.array(series))
+    chunked = pa.chunked_array(series.array.__arrow_array__() if hasattr(series.array, "__arrow_array__")
+                               else pa.array(series))
     arr = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(arr, pa.ChunkedArray):  # no chunks
         arr = pa.array([], type=chunked.type)
@@ -426,13 +427,21 @@ def list_flatten(series: Any) -> tuple[Any, Any]:
         mask = pa.compute.invert(validity) if validity is not None else None
         out = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32() if len(new) < 2**31 else pa.int64()),
                                        new, mask=mask)
-        if gpu:
-            gpu_series = cudf().Series.from_arrow(out)
-            gpu_series.index = index
-            return gpu_series
         return pd.Series(out, index=index, dtype=pd.ArrowDtype(out.type), name=series.name)
 
     return values, rebuild
+
+
+def _device_list_flatten(series: Any) -> tuple[Any, Any]:
+    """:func:`list_flatten` of a cuDF list column, without leaving the device."""
+    columnar = importlib.import_module("tabloader.columnar")
+    layout = columnar.list_layout(series)
+    valid = layout.valid if series.has_nulls else None
+
+    def rebuild(new_values: Any) -> Any:
+        return columnar.build_list(layout.offsets, new_values, valid, series.index, series.name, like=series)
+
+    return layout.values.reset_index(drop=True), rebuild
 
 
 def is_list_dtype(dtype: Any) -> bool:

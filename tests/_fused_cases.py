@@ -316,55 +316,8 @@ def run_all(device: str, size: str, names=None) -> dict[str, str]:
     return results
 
 
-def compile_for_cuda(arch: int = 90) -> dict[str, str]:
-    """Compile every kernel variant ahead of time for ``sm_<arch>`` (PTX and cubin, with the
-    ptxas that Triton bundles) -- no GPU needed. Catches what the interpreter does not check:
-    types across branches and loops, layouts, register spills. Returns name -> "ok"/error."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    from tabloader.torch import kernels as K
-
-    target = GPUTarget("cuda", arch, 32)
-    i64, f32 = "*i64", "*fp32"
-    update_sig = {"W": f32, "state1": f32, "state2": f32, "grad": "*bf16", "perm": i64, "bag": i64, "scale": f32,
-                  "seg_row": "*i32", "seg_start": i64, "seg_count": i64, "seg_chunk": i64, "seg_nchunks": i64,
-                  "partial": f32, "D": "i32", "stride_w": "i32", "lr": "fp32", "eps": "fp32", "beta1": "fp32",
-                  "beta2": "fp32", "step_size": "fp32"}
-    jobs = {
-        "gather": (K._gather_kernel, {"W": f32, "rows": i64, "out": "*bf16", "N": "i32", "D": "i32", "stride_w": "i32"},
-                   {"BLOCK_N": 32, "BLOCK_D": 128}, 4),
-        "pooled": (K._pooled_kernel, {"W": f32, "rows": i64, "scale": f32, "offsets": i64, "out": "*fp16", "B": "i32",
-                                      "F": "i32", "D": "i32", "stride_w": "i32"}, {"BLOCK_L": 16, "BLOCK_D": 128}, 4),
-        "partial": (K._partial_kernel, {"grad": "*fp16", "perm": i64, "bag": i64, "scale": f32, "chunk_start": i64,
-                                        "chunk_count": i64, "partial": f32, "D": "i32"},
-                    {"HAS_BAG": True, "HAS_SCALE": True, "BLOCK_E": 16, "BLOCK_D": 128}, 2),
-    }
-    for opt in (0, 1, 2):
-        for bag in (False, True):
-            jobs[f"update_opt{opt}_bag{int(bag)}"] = (
-                K._update_kernel, update_sig,
-                {"OPT": opt, "HAS_BAG": bag, "HAS_SCALE": bag, "BLOCK_E": 16, "BLOCK_C": 16, "BLOCK_D": 128}, 2)
-    results = {}
-    for name, (fn, sig, consts, warps) in jobs.items():
-        try:
-            sig = {**sig, **{k: "constexpr" for k in consts}}
-            compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts),
-                                      target=target, options={"num_warps": warps})
-            assert compiled.asm.get("cubin"), "no cubin produced"
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-    return results
-
-
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if sys.argv[1:2] == ["--compile"]:
-        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-            sys.exit("run --compile without TRITON_INTERPRET")
-        print(json.dumps(compile_for_cuda(int(sys.argv[2]) if len(sys.argv) > 2 else 90)))
-        sys.exit(0)
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("run with TRITON_INTERPRET=1 (the kernels must be decorated in interpreter mode)")
     import torch
