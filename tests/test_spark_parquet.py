@@ -132,6 +132,24 @@ def test_dataset_without_rows():
     pd.testing.assert_frame_equal(ds.compute().reset_index(drop=True), expected)
 
 
+@pytest.mark.parametrize("name", ["types", "legacy"])  # 3-level lists, legacy 2-level lists
+def test_spark_arrays_reach_the_loader_as_values_and_offsets(name):
+    """FillMissing(0) fills null elements and makes null arrays empty; the loader then hands
+    each row's array whole, as (values, offsets)."""
+    rows = spark_rows("types")
+    filled = {row["id"]: [0 if v is None else v for v in row["ints"] or []] for row in rows}
+    out = tl.Workflow((["ints"] >> ops.FillMissing(0)) + ["id"], progress=False).fit_transform(
+        tl.Dataset(spark_path(name), part_size=2000))
+    seen = {}
+    for features, _ in Loader(out, batch_size=9, seed=2, categorical=["id", "ints"], continuous=[], target=[]):
+        values, offsets = (np.asarray(a) for a in features["ints"])
+        for row_id, start, stop in zip(np.asarray(features["id"]), offsets[:-1], offsets[1:]):
+            assert row_id not in seen
+            seen[row_id] = values[start:stop].tolist()
+    assert seen == filled
+    assert any(row["ints"] is None for row in rows) and any(None in (row["ints"] or []) for row in rows)
+
+
 # --- hive folders ---------------------------------------------------------------------------
 def test_partition_folders_with_escaped_and_null_keys():
     """Spark escapes ``/ = % :`` in key values and writes a null key as
