@@ -14,6 +14,7 @@ import datetime
 import decimal
 import json
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -309,3 +310,18 @@ def test_columns_every_append_has_read_from_an_evolved_table():
     with pytest.raises((SchemaMismatchError, KeyError)) as info:
         tl.Dataset(spark_path("evolved"), columns=["id", "version"])
     assert "version" in str(info.value) and os.path.join("evolved", "part-00000-") in str(info.value)
+
+
+def test_int96_and_micros_appends_are_refused_naming_the_column(tmp_path):
+    """A table whose writer switched ``outputTimestampType`` from INT96 to TIMESTAMP_MICROS:
+    INT96 says nothing of a time zone (Impala writes local times in it), TIMESTAMP_MICROS is
+    UTC, so the two are not silently mixed."""
+    first = sorted(p for p in os.listdir(spark_path("types")) if p.startswith("part-"))[0]
+    second = sorted(p for p in os.listdir(spark_path("micros")) if p.startswith("part-"))[1]
+    shutil.copy(os.path.join(spark_path("types"), first), tmp_path / "a.parquet")
+    shutil.copy(os.path.join(spark_path("micros"), second), tmp_path / "b.parquet")
+    with pytest.raises(SchemaMismatchError, match=r"b\.parquet does not match .*a\.parquet: different types: "
+                                                  r"ts \(timestamp\[us\] vs timestamp\[us, tz=UTC\]\)"):
+        tl.Dataset(str(tmp_path))
+    both = tl.Dataset(str(tmp_path), columns=["id", "ts_ntz"]).compute()  # the other columns agree
+    assert len(both) == len(spark_rows("types"))
