@@ -302,6 +302,14 @@ def _pandas_type_for_arrow(arrow_type: Any) -> Any:
     return pd.ArrowDtype(arrow_type) if is_arrow_backed(arrow_type) else None
 
 
+# Spark (by default), Hive and Impala write timestamps as INT96. They are read in microseconds,
+# Spark's own precision: in nanoseconds, pyarrow's default, any date after 2262 (9999-12-31, a
+# warehouse's "valid until") silently wraps around. Sub-microsecond digits (Impala) are dropped.
+# cuDF's Python reader has no such option: on the GPU they are decoded in nanoseconds, then cast to
+# the dataset's microseconds, so there dates past 2262 still wrap.
+INT96_UNIT = "us"
+
+
 def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
                  device: str = "cpu", filesystem: Any = None) -> Any:
     """Read one parquet file (optionally some row groups) into a DataFrame on ``device``.
@@ -334,7 +342,7 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
     columns = None if columns is None else list(columns)
     row_groups = None if row_groups is None else list(row_groups)
     if memory_pool is None:
-        with pq.ParquetFile(str(path), filesystem=fs) as file:
+        with pq.ParquetFile(str(path), filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT) as file:
             table = (file.read(columns=columns, use_threads=True) if row_groups is None
                      else file.read_row_groups(row_groups, columns=columns, use_threads=True))
     else:
@@ -350,7 +358,8 @@ def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups:
     import pyarrow.dataset as pds
 
     scan = pds.ParquetFragmentScanOptions(pre_buffer=True)
-    fragment = pds.ParquetFileFormat(default_fragment_scan_options=scan).make_fragment(
+    options = pds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT)
+    fragment = pds.ParquetFileFormat(read_options=options, default_fragment_scan_options=scan).make_fragment(
         path, filesystem=fs, row_groups=row_groups)
     if columns is not None:
         present = set(fragment.physical_schema.names)  # the dataset reader refuses a missing column
@@ -386,9 +395,10 @@ def asarray(values: Any, device: str) -> Any:
 def list_flatten(series: Any) -> tuple[Any, Any]:
     """The element values of a list column, and a function rebuilding a list column from new ones.
 
-    ``values`` is a pandas Series of the elements (nulls kept) with a fresh RangeIndex;
+    ``values`` is a Series of the elements (nulls kept) with a fresh RangeIndex;
     ``rebuild(new_values)`` takes an array of the same length and returns a list Series with
-    the original offsets, null lists and index. cuDF list columns go through arrow.
+    the original offsets, null lists and index. cuDF list columns stay on the device: their
+    elements are the column's child, rebuilt under its offsets (:func:`list_layout`).
 
     Example:
         >>> import pyarrow as pa
@@ -399,11 +409,11 @@ def list_flatten(series: Any) -> tuple[Any, Any]:
     """
     import pyarrow as pa
 
-    gpu = is_gpu_object(series)
+    if is_gpu_object(series):
+        return _device_list_flatten(series)
     index = series.index
-    chunked = series.to_arrow() if gpu else pa.chunked_array(series.array.__arrow_array__()
-                                                             if hasattr(series.array, "__arrow_array__")
-                                                             else pa.array(series))
+    chunked = pa.chunked_array(series.array.__arrow_array__() if hasattr(series.array, "__arrow_array__")
+                               else pa.array(series))
     arr = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(arr, pa.ChunkedArray):  # no chunks
         arr = pa.array([], type=chunked.type)
@@ -417,13 +427,21 @@ def list_flatten(series: Any) -> tuple[Any, Any]:
         mask = pa.compute.invert(validity) if validity is not None else None
         out = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32() if len(new) < 2**31 else pa.int64()),
                                        new, mask=mask)
-        if gpu:
-            gpu_series = cudf().Series.from_arrow(out)
-            gpu_series.index = index
-            return gpu_series
         return pd.Series(out, index=index, dtype=pd.ArrowDtype(out.type), name=series.name)
 
     return values, rebuild
+
+
+def _device_list_flatten(series: Any) -> tuple[Any, Any]:
+    """:func:`list_flatten` of a cuDF list column, without leaving the device."""
+    columnar = importlib.import_module("tabloader.columnar")
+    layout = columnar.list_layout(series)
+    valid = layout.valid if series.has_nulls else None
+
+    def rebuild(new_values: Any) -> Any:
+        return columnar.build_list(layout.offsets, new_values, valid, series.index, series.name, like=series)
+
+    return layout.values.reset_index(drop=True), rebuild
 
 
 def is_list_dtype(dtype: Any) -> bool:

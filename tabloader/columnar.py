@@ -115,7 +115,9 @@ def build_list(offsets: Any, values: Any, valid: Any, index: Any, name: Any, lik
 def _gpu_build_list(offsets: Any, values: Any, valid: Any, index: Any, name: Any) -> Any:
     cudf, cp = backend.cudf(), backend.cupy()
     plc = pylibcudf()
-    child = values if backend.is_gpu_object(values) and not isinstance(values, cp.ndarray) else cudf.Series(values)
+    # An array's NaN stays NaN, as pyarrow keeps it on the CPU (cuDF would make it null by default).
+    child = values if backend.is_gpu_object(values) and not isinstance(values, cp.ndarray) else \
+        cudf.Series(values, nan_as_null=False)
     child_column, _ = child.to_pylibcudf()
     # libcudf list offsets are int32 (size_type); the child must have at least offsets[-1] rows.
     offsets_column = plc.Column.from_array(cp.ascontiguousarray(offsets.astype(cp.int32)))

@@ -292,6 +292,8 @@ def arrow_dtype_name(arrow_type: Any) -> str:
         >>> import pyarrow as pa
         >>> arrow_dtype_name(pa.int32()), arrow_dtype_name(pa.large_string()), arrow_dtype_name(pa.date32())
         ('int32', 'string', 'date32[day]')
+        >>> arrow_dtype_name(pa.timestamp("us", tz="UTC"))
+        'datetime64[us, UTC]'
     """
     import numpy as np
     import pyarrow as pa
@@ -302,8 +304,8 @@ def arrow_dtype_name(arrow_type: Any) -> str:
         return "string"
     if pa.types.is_dictionary(arrow_type):
         return "category"
-    if pa.types.is_timestamp(arrow_type):
-        return f"datetime64[{arrow_type.unit}]"
+    if pa.types.is_timestamp(arrow_type):  # pandas' names, the time zone kept: datetime64[us, UTC]
+        return f"datetime64[{arrow_type.unit}, {arrow_type.tz}]" if arrow_type.tz else f"datetime64[{arrow_type.unit}]"
     if backend.is_arrow_backed(arrow_type):
         return str(arrow_type)
     try:

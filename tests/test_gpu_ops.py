@@ -5,9 +5,9 @@ each device: the graph is fit over many partitions of the data on that device an
 with the same graph fit on one pandas partition -- outputs (integer ids exactly, floats within
 1e-6 relative), fitted state, and saved workflows, which must load and transform on both
 devices. The ``cpu`` half runs everywhere; the ``cuda`` half is marked ``gpu`` and skips where
-no CUDA device is usable. The other ``gpu`` tests check that a whole Criteo workflow over a cuDF
-dataset never copies a partition to the host, that a run of host-only operators costs one copy,
-and that the device hashes have the CPU's bits.
+no CUDA device is usable. The other ``gpu`` tests check that no case whose operators declare the
+GPU, and no whole Criteo workflow over a cuDF dataset, copies a partition to the host, that a
+run of host-only operators costs one copy, and that the device hashes have the CPU's bits.
 """
 
 from __future__ import annotations
@@ -229,6 +229,28 @@ def test_whole_criteo_workflow_over_a_cudf_dataset_never_copies_a_partition_to_t
     monkeypatch.undo()
     assert all(backend.is_gpu_object(p) for p in parts)
     assert_same_frame(backend.concat(parts, ignore_index=True), expected, "Criteo workflow on the GPU")
+
+
+def runs_on_the_gpu(case) -> bool:
+    """True when every operator of ``case`` declares that it takes cuDF data."""
+    return all("cuda" in backend.runs_on(n.op) for n in Node.coerce(case.build()).walk() if isinstance(n, OpNode))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c for c in CASES if runs_on_the_gpu(c)], ids=lambda c: c.id)
+def test_an_operator_that_runs_on_the_gpu_never_copies_a_partition_to_the_host(case, monkeypatch):
+    """Fit and transform of every parity case whose operators declare the GPU -- list columns,
+    nulls and every parameter combination included -- with the host copies made to fail."""
+    frame = FRAMES[case.frame]()
+    expected = Workflow(case.build(), progress=False).fit(frame).transform(frame)
+    data = on_device(frame, "cuda")
+
+    copies = HostCopies(monkeypatch)
+    got = Workflow(case.build(), progress=False).fit(data).transform(data)
+    assert copies.copies == []
+    monkeypatch.undo()
+    assert backend.is_gpu_object(got)
+    assert_same_frame(got, expected, f"{case.id} on the GPU without host copies")
 
 
 @tl.register_operator(name="test_gpu_ops:HostOnlyDouble")

@@ -6,7 +6,11 @@ the ``device`` fixture (tests/conftest.py): the CPU here, and CUDA, marked ``gpu
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import tracemalloc
 
@@ -186,6 +190,27 @@ def test_resume_skips_consumed_chunks_without_reading(data):
     assert reads == needed and len(needed) < loader.dataset.npartitions
 
 
+# --- batches as frameworks take them ---------------------------------------------------------
+def test_batches_spanning_chunks_are_aligned_contiguous_columns(data):
+    """Chunks of 120 rows and batches of 32: most batches take rows from two chunks. Every
+    feature and target of every batch (those, and the short last one included) is a contiguous
+    1-D array starting 64-byte aligned -- what TensorFlow imports without a copy -- and its
+    rows belong together (cat, x and y recomputed from the id by hand)."""
+    loader = Loader(tl.Dataset(data), 32, seed=3, buffer_size=120 * ROW_BYTES)
+    assert [c.num_rows for c in loader.plan.chunks(0)] == [120, 120, 120, 40]
+    ids = []
+    for features, target in loader:
+        for name, array in [*features.items(), ("y", target)]:
+            assert array.ndim == 1 and array.flags.c_contiguous, name
+            assert array.ctypes.data % 64 == 0, (name, len(array))
+        ids.append(features["id"])
+        np.testing.assert_array_equal(features["cat"], features["id"] % 7)
+        np.testing.assert_array_equal(features["x"], (features["id"] * 0.5).astype(np.float32))
+        np.testing.assert_array_equal(target, (features["id"] % 2).astype(np.float32))
+    assert [len(i) for i in ids] == [32] * 12 + [16]
+    assert sorted(np.concatenate(ids).tolist()) == list(range(400))
+
+
 # --- memory ---------------------------------------------------------------------------------
 def test_memory_bounded_by_buffer(tmp_path):
     path = write_dataset(tmp_path / "d", [5000] * 8, row_group_size=1000)
@@ -202,6 +227,30 @@ def test_memory_bounded_by_buffer(tmp_path):
     assert loader._buffer.slots == 2
     # two chunk buffers + a decoded partition + batches: far below the 40k rows of the dataset
     assert peak < 8 * budget_rows * ROW_BYTES + 2_000_000, peak
+
+
+def test_chunk_of_many_partitions_holds_few_decoded_at_once(tmp_path):
+    """Chunks spanning 8 partitions: each decoded partition is packed as it comes and freed, so
+    arrow's memory pool (the partitions are decoded into it) peaks at a few partitions -- the one
+    being packed and the one decoded ahead -- never at the chunk's eight. Run in a fresh
+    interpreter, whose pool peak is the loader's alone."""
+    path = write_dataset(tmp_path / "d", [20_000] * 12, row_group_size=5_000)
+    code = textwrap.dedent("""
+        import json, sys
+        import tabloader as tl
+        from tabloader.loader.reader import memory_pool
+        ds = tl.Dataset(sys.argv[1], part_size=int(sys.argv[2]))
+        loader = tl.Loader(ds, 4096, buffer_size=int(sys.argv[3]), seed=0)
+        rows = sum(len(y) for _, y in loader)
+        print(json.dumps({"rows": rows, "sizes": ds.partition_sizes(), "peak": memory_pool().max_memory(),
+                          "segments": [len(c.segments) for c in loader.plan.chunks(0)]}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, path, str(20_000 * ROW_BYTES), str(120_000 * ROW_BYTES)],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout)
+    assert r["rows"] == 240_000 and min(r["segments"]) >= 6, r
+    partition_bytes = max(r["sizes"]) * ROW_BYTES  # decoded: 4 columns of fixed width, no nulls
+    assert r["peak"] < 5 * partition_bytes, (r, partition_bytes)
 
 
 # --- columns --------------------------------------------------------------------------------

@@ -290,6 +290,16 @@ def test_from_arrow_inference():
         assert np.dtype(s[name].dtype) == np.dtype(arrow.field(name).type.to_pandas_dtype())
 
 
+def test_time_zone_aware_timestamps_keep_their_zone_as_pandas_names_the_dtype():
+    import pandas as pd
+
+    arrow = pa.schema([("utc", pa.timestamp("us", tz="UTC")), ("paris", pa.timestamp("ms", tz="Europe/Paris"))])
+    s = Schema.from_arrow(arrow)
+    frame = pa.table({n: pa.array([0], type=arrow.field(n).type) for n in arrow.names}).to_pandas()
+    assert [s[n].dtype for n in arrow.names] == [str(frame[n].dtype) for n in arrow.names]
+    assert s["utc"].dtype == str(pd.DatetimeTZDtype("us", "UTC"))
+
+
 def test_from_arrow_of_a_table_written_by_pandas():
     import pandas as pd
 

@@ -3,8 +3,10 @@
 On CPU the kernels run through Triton's interpreter. ``TRITON_INTERPRET=1`` must be set before
 the kernels are decorated, and this pytest process may already have imported them without it
 (doctest collection imports every module), so the cases of ``tests/_fused_cases.py`` run in
-one subprocess at small shapes; each case is reported as its own test here. With a CUDA
-device the same cases run natively at realistic shapes (``gpu`` marker).
+one subprocess at small shapes; each case is reported as its own test here. Every kernel launch
+of the collections is also compiled natively for an H100 without a GPU (``tests/_native_builds.py``),
+and its registers, spills and memory accesses checked. With a CUDA device the same cases run
+natively at realistic shapes (``gpu`` marker).
 """
 
 from __future__ import annotations

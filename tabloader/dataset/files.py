@@ -125,9 +125,21 @@ def for_each_file(read: Callable[[str], Any], paths: Sequence[str]) -> list:
         return list(pool.map(read, paths))
 
 
-def check_same_schema(paths: Sequence[str], schemas: Sequence[dict[str, Any]]) -> None:
+def check_same_schema(paths: Sequence[str], schemas: Sequence[dict[str, Any]],
+                      columns: Sequence[str] | None = None) -> None:
     """Every file must have the columns and types (name -> type; None when unknown) of the
-    first, in any order; the error names both files."""
+    first, in any order; only ``columns`` when given (the others are not read, so files may
+    differ in them, as appends to a Spark table adding a column do). The error names both files.
+
+    Example:
+        >>> check_same_schema(["a", "b"], [{"x": "int"}, {"x": "int", "new": "str"}], columns=["x"])
+        >>> check_same_schema(["a", "b"], [{"x": "int"}, {"x": "int", "new": "str"}])
+        Traceback (most recent call last):
+        ...
+        tabloader.dataset.SchemaMismatchError: b does not match a: extra columns ['new']
+    """
+    if columns is not None:
+        schemas = [{c: fields[c] for c in columns if c in fields} for fields in schemas]
     reference = schemas[0]
     for path, fields in zip(paths[1:], schemas[1:]):
         missing = [c for c in reference if c not in fields]

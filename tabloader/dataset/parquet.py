@@ -48,9 +48,9 @@ class ParquetSource(Source):
     nothing) are pandas nullable dtypes (``Int64``, ``boolean``...) in every partition, the
     others numpy; ``key=value`` folders (hive partitioning) become columns; files may order
     their columns differently (the first file's order is used); dictionary-encoded columns are
-    read as their values. Files disagreeing on their columns or types are refused with a
-    :class:`~tabloader.dataset.SchemaMismatchError` naming both. All of it is decided here,
-    from the folders and footers, before any data is read.
+    read as their values. Files disagreeing on their columns or types (only ``columns`` when
+    given) are refused with a :class:`~tabloader.dataset.SchemaMismatchError` naming both.
+    All of it is decided here, from the folders and footers, before any data is read.
 
     Args:
         files: the parquet files.
@@ -69,16 +69,17 @@ class ParquetSource(Source):
         self.files = files
         footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
         key_types, keys = hive_keys(files.paths, files.bases)
-        fields = [file_fields(f.schema.to_arrow_schema(), path, key_types) for f, path in zip(footers, files.paths)]
+        fields = [file_fields(f.arrow_schema, path, key_types) for f, path in zip(footers, files.paths)]
         check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}
-                                        for found, pairs in zip(fields, keys)])
+                                        for found, pairs in zip(fields, keys)], columns)
         names = checked_columns([*fields[0], *key_types], columns, files.paths[0])
         self._arrow_schema = pa.schema([pa.field(n, fields[0][n] if n in fields[0] else key_types[n]) for n in names])
         self.partition_keys = tuple(n for n in names if n in key_types)
-        self.nullable = columns_that_may_hold_nulls(footers, self._arrow_schema, keys)
+        metadata = [f.metadata for f in footers]
+        self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys)
         widths = fixed_widths(self._arrow_schema)
         pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs)
-                  for path, f, pairs in zip(files.paths, footers, keys) for i in range(f.num_row_groups)]
+                  for path, f, pairs in zip(files.paths, metadata, keys) for i in range(f.num_row_groups)]
         self.partitions = _group_pieces(pieces, part_size)
 
     @property

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -23,13 +23,24 @@ from tabloader.dataset.source import SchemaMismatchError
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Spark, Hive and pyarrow write a null partition key
 
 
-def read_footer(path: str, fs: Any) -> Any:
-    """The parquet metadata (footer) of ``path``; a ValueError naming it if it is not parquet."""
+class Footer(NamedTuple):
+    """What a parquet file's footer says: its ``metadata`` (row groups, statistics) and its
+    columns as pyarrow reads them (``arrow_schema``, INT96 timestamps in
+    :data:`~tabloader.backend.INT96_UNIT`, as :func:`~tabloader.backend.read_parquet_arrow`
+    reads them)."""
+
+    metadata: Any
+    arrow_schema: Any
+
+
+def read_footer(path: str, fs: Any) -> Footer:
+    """The footer of ``path``; a ValueError naming it if it is not parquet."""
     import pyarrow.parquet as pq
 
     try:
         with fs.open(path, "rb") as f:
-            return pq.ParquetFile(f).metadata
+            file = pq.ParquetFile(f, coerce_int96_timestamp_unit=backend.INT96_UNIT)
+            return Footer(file.metadata, file.schema_arrow)
     except Exception as exc:
         raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
 
@@ -90,13 +101,21 @@ def file_fields(arrow_schema: Any, path: str, key_types: dict[str, Any]) -> dict
 
 def decoded(arrow_type: Any) -> Any:
     """The type a column is read as: dictionary-encoded values (also list elements) decoded,
-    so that every partition, and the meta, has the values' dtype rather than a categorical."""
+    so that every partition, and the meta, has the values' dtype rather than a categorical;
+    list elements nullable, whether or not a file declares them required (Spark's
+    ``containsNull=false``), so that files differing only in that agree.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> decoded(pa.list_(pa.field("element", pa.dictionary(pa.int32(), pa.string()), nullable=False)))
+        ListType(list<element: string>)
+    """
     import pyarrow as pa
 
     if pa.types.is_dictionary(arrow_type):
         return arrow_type.value_type
-    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and pa.types.is_dictionary(arrow_type.value_type):
-        field = arrow_type.value_field.with_type(arrow_type.value_type.value_type)
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        field = arrow_type.value_field.with_type(decoded(arrow_type.value_type)).with_nullable(True)
         return pa.list_(field) if pa.types.is_list(arrow_type) else pa.large_list(field)
     return arrow_type
 

@@ -3,13 +3,15 @@
 :class:`Batcher` gathers each batch's rows in the chunk's permuted order and carries the tail
 of a chunk into the next one, so every batch but the epoch's last is full whatever the chunk
 size. Scalar columns are gathered into one column-major array per dtype (on the CPU in
-cache-sized blocks), so that every feature comes out as a contiguous, aligned 1-D array the
-framework adapters can take without a copy.
+cache-sized blocks), allocated once per batch -- a batch spanning two chunks is gathered into
+place, not concatenated -- so that every feature comes out as a contiguous, aligned 1-D array
+the framework adapters can take without a copy.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+import dataclasses
+from typing import Any, Iterable, Iterator
 
 from tabloader import backend
 from tabloader.loader.buffer import Chunk, concat_lists
@@ -47,66 +49,83 @@ class Batcher:
         bs = self.batch_size
         if self.drop_last:
             end = start + (end - start) // bs * bs
-        pending: list[dict[str, Any]] = []
-        pending_rows = 0
+        batch: _Batch | None = None
         position = start
         for chunk in chunks:
             lo = max(position, chunk.spec.row_start) - chunk.spec.row_start
             hi = min(end, chunk.spec.row_start + chunk.num_rows) - chunk.spec.row_start
             while lo < hi:
-                take = min(hi - lo, bs - pending_rows)
-                part = self._gather(chunk, chunk.perm[lo:lo + take])
+                if batch is None:
+                    batch = self._empty_batch(chunk, min(bs, end - chunk.spec.row_start - lo))
+                take = min(hi - lo, batch.rows - batch.filled)
+                self._gather(chunk, chunk.perm[lo:lo + take], batch)
                 lo += take
-                if take == bs:
-                    yield self._emit(part, take)
-                else:
-                    pending.append(part)
-                    pending_rows += take
-                    if pending_rows == bs:
-                        yield self._emit(_concat_parts(pending), bs)
-                        pending, pending_rows = [], 0
+                if batch.filled == batch.rows:
+                    yield self._emit(batch)
+                    batch = None
             position = chunk.spec.row_start + hi
             if position >= end:
                 break
-        if pending_rows:
-            yield self._emit(_concat_parts(pending), pending_rows)
 
-    def _gather(self, chunk: Chunk, idx: Any) -> dict[str, Any]:
-        part = {("g", d): _gather_columns(buf, idx) for d, buf in chunk.groups.items()}
+    def _empty_batch(self, chunk: Chunk, rows: int) -> "_Batch":
+        """A batch of ``rows`` rows to gather into, on the device of ``chunk``: one column-major
+        array per dtype, whose every column is aligned (so that a batch spanning two chunks is
+        gathered into place instead of concatenated afterwards)."""
+        groups = {d: backend.empty_columns(buf.shape[1], rows, buf.dtype, like=buf) for d, buf in chunk.groups.items()}
+        return _Batch(rows, groups, {name: [] for name in chunk.lists})
+
+    def _gather(self, chunk: Chunk, idx: Any, batch: "_Batch") -> None:
+        """Gather the chunk rows ``idx`` into the next ``len(idx)`` rows of ``batch``."""
+        stop = batch.filled + len(idx)
+        for d, buf in chunk.groups.items():
+            _gather_columns(buf, idx, batch.groups[d][:, batch.filled:stop])
         for name, (values, offsets) in chunk.lists.items():
-            part[("l", name)] = _gather_lists(values, offsets, idx)
-        return part
+            batch.lists[name].append(_gather_lists(values, offsets, idx))
+        batch.filled = stop
 
-    def _emit(self, part: dict[str, Any], rows: int) -> tuple[dict, Any, int]:
+    def _emit(self, batch: "_Batch") -> tuple[dict, Any, int]:
+        lists = {name: parts[0] if len(parts) == 1 else concat_lists(parts, None, backend.array_lib(parts[0][0]))
+                 for name, parts in batch.lists.items()}
         features: dict[str, Any] = {}
         for name in self.layout.features:
             if name in self.layout.padded:
-                features[name] = pad_lists(*part[("l", name)], self.layout.padded[name])
+                features[name] = pad_lists(*lists[name], self.layout.padded[name])
             elif name in self.layout.lists:
-                features[name] = part[("l", name)]
+                features[name] = lists[name]
             else:
                 dtype, j = self.layout.where(name)
-                features[name] = part[("g", dtype)][j]
+                features[name] = batch.groups[dtype][j]
         target = None
         if self.layout.targets:
-            cols = [part[("g", d)][j] for d, j in map(self.layout.where, self.layout.targets)]
+            cols = [batch.groups[d][j] for d, j in map(self.layout.where, self.layout.targets)]
             xp = backend.array_lib(cols[0])
             target = cols[0] if len(cols) == 1 else xp.stack(cols, axis=1)
-        return features, target, rows
+        return features, target, batch.rows
 
 
-def _gather_columns(buf: Any, idx: Any) -> Any:
-    """Rows ``idx`` of a row-major ``(rows, columns)`` buffer as a column-major array.
+@dataclasses.dataclass
+class _Batch:
+    """A batch being gathered: ``groups`` dtype -> (columns, rows) array, filled up to row
+    ``filled``; ``lists`` name -> the (values, offsets) parts gathered so far."""
+
+    rows: int
+    groups: dict[str, Any]
+    lists: dict[str, list[tuple[Any, Any]]]
+    filled: int = 0
+
+
+def _gather_columns(buf: Any, idx: Any, out: Any) -> None:
+    """Write rows ``idx`` of a row-major ``(rows, columns)`` buffer into the column-major
+    ``(columns, len(idx))`` array ``out``.
 
     The rows are gathered a block at a time into a row-major scratch (one contiguous read per
     row; on the CPU ``_GATHER_ROWS`` rows, so that it stays in cache, on a GPU all of them at
-    once) and transposed into the output from there.
+    once) and transposed into ``out`` from there.
     """
     n, ncols = len(idx), buf.shape[1]
-    out = backend.empty_columns(ncols, n, buf.dtype, like=buf)  # aligned columns: zero-copy into TF
     if ncols == 1:
         backend.take_rows(buf[:, 0], idx, out[0])
-        return out
+        return
     block = backend.block_rows(buf, n, _GATHER_ROWS)
     scratch = backend.array_lib(buf).empty((block, ncols), dtype=buf.dtype)
     for s in range(0, n, block):
@@ -114,7 +133,6 @@ def _gather_columns(buf: Any, idx: Any) -> Any:
         tmp = scratch[:e - s]
         backend.take_rows(buf, idx[s:e], tmp)
         out[:, s:e] = tmp.T
-    return out
 
 
 def _gather_lists(values: Any, offsets: Any, idx: Any) -> tuple[Any, Any]:
@@ -127,17 +145,3 @@ def _gather_lists(values: Any, offsets: Any, idx: Any) -> tuple[Any, Any]:
     total = int(new_offsets[-1])
     positions = backend.repeat(starts - new_offsets[:-1], lengths, total) + xp.arange(total, dtype=xp.int64)
     return values[positions], new_offsets
-
-
-def _concat_parts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    if len(parts) == 1:
-        return parts[0]
-    out: dict[str, Any] = {}
-    for key in parts[0]:
-        arrays = [p[key] for p in parts]
-        if key[0] == "g":
-            xp = backend.array_lib(arrays[0])
-            out[key] = xp.concatenate(arrays, axis=1)
-        else:
-            out[key] = concat_lists(arrays, None, backend.array_lib(arrays[0][0]))
-    return out

@@ -14,7 +14,7 @@ packed result the shuffler and the batcher work on.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -91,9 +91,12 @@ class ChunkBuffer:
             self._slots[index] = (buffers, {d: backend.host_staging(b) for d, b in buffers.items()})
         return self._slots[index]
 
-    def fill(self, spec: ChunkSpec, sources: Sequence[Any]) -> Chunk:
-        """Pack ``spec``'s segments; ``sources[i]`` holds the rows of ``spec.segments[i]``: its
-        decoded partition (a pyarrow Table, or a frame on the device) or its :class:`PackedRows`."""
+    def fill(self, spec: ChunkSpec, sources: Iterable[Any]) -> Chunk:
+        """Pack ``spec``'s segments; ``sources`` yields the rows of each of ``spec.segments`` in
+        turn: its decoded partition (a pyarrow Table, or a frame on the device) or its
+        :class:`PackedRows`. They are taken one at a time, so that a decoded partition can be freed
+        once its rows are packed, before the next one is decoded: a chunk spanning many partitions
+        never holds them all."""
         if spec.num_rows > self.max_rows:
             raise ValueError(f"chunk of {spec.num_rows} rows exceeds the buffer of {self.max_rows} rows")
         slot = self._next
@@ -111,7 +114,7 @@ class ChunkBuffer:
         lists = self._pack([Segment(-1, 0, rows)], [table], buffers, staging)
         return PackedRows(buffers, lists)
 
-    def _pack(self, segments: Sequence[Segment], sources: Sequence[Any], buffers: dict[str, Any],
+    def _pack(self, segments: Sequence[Segment], sources: Iterable[Any], buffers: dict[str, Any],
               staging: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
         """Write the segments' rows one after the other into ``buffers``; return the list
         columns as (values, offsets) on the device."""
@@ -132,6 +135,7 @@ class ChunkBuffer:
                 for name, parts in lists.items():
                     parts.append(_list_rows(source, seg, name))
             row = stop
+            del source  # not held while the next source is produced (and the one after it decoded)
         backend.copy_rows(buffers, staging, uploads)
         xp = self.xp
         return {name: concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)

@@ -56,7 +56,8 @@ class Loader:
             divide evenly among them).
         buffer_size: bytes of one chunk (``"256MB"`` or an int): rows are shuffled within a
             chunk. The loader holds at most two chunks (the one consumed and the one being
-            prefetched), plus one decoded partition (and the resident partitions).
+            prefetched), plus the decoded partition being packed and, when prefetching, the
+            next one decoded ahead (and the resident partitions).
         parts_per_chunk: partitions per chunk instead of a byte budget.
         global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
             get disjoint rows and the same number of batches; rows that do not divide evenly are
@@ -218,8 +219,8 @@ class Loader:
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
                resident: frozenset[int]) -> Chunk:
         with self._on_device():
-            sources = [self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments]
-            chunk = buffer.fill(spec, sources)
+            sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
+            chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
             chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
         return chunk
 
