@@ -230,6 +230,23 @@ def test_hive_folders_written_by_duckdb_and_a_null_key(tmp_path):
                                   pd.DataFrame({"v": [1, 2, 3], "k": pd.array([5, None, 6], dtype="Int32")}))
 
 
+def test_hive_keys_beyond_int32_are_int64_not_strings(tmp_path):
+    # Spark types such a key long; pyarrow's own partitioning would make it a string
+    for uid, day in [(3_000_000_000, -5), (7, 2**40)]:
+        folder = tmp_path / "t" / f"uid={uid}" / f"day={day}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"v": [uid % 10]}), folder / "part-0.parquet")
+    (tmp_path / "t" / "uid=__HIVE_DEFAULT_PARTITION__" / "day=1").mkdir(parents=True)
+    pq.write_table(pa.table({"v": [9]}), tmp_path / "t" / "uid=__HIVE_DEFAULT_PARTITION__" / "day=1" / "p.parquet")
+    ds = Dataset(str(tmp_path / "t"))
+    assert [(c.name, c.dtype) for c in ds.schema] == [("v", "int64"), ("uid", "int64"), ("day", "int64")]
+    got = ds.compute().sort_values("v", ignore_index=True)
+    pd.testing.assert_frame_equal(got, pd.DataFrame({"v": [0, 7, 9],
+                                                     "uid": pd.array([3_000_000_000, 7, None], dtype="Int64"),
+                                                     "day": [-5, 2**40, 1]}))
+    check_dtypes_agree(ds)
+
+
 def test_hive_keys_must_be_in_every_file(tmp_path):
     (tmp_path / "d" / "k=1").mkdir(parents=True)
     pq.write_table(pa.table({"v": [1]}), tmp_path / "d" / "k=1" / "a.parquet")

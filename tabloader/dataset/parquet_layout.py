@@ -50,13 +50,14 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str]) -> tuple[dict[str, Any
     """The hive partition keys of each file: the ``name=value`` folders between the folder it
     was found under and the file.
 
-    A key's values are typed as pyarrow's hive partitioning types them: int32 when every value
-    parses as one (arrow's own cast decides), else string; ``__HIVE_DEFAULT_PARTITION__`` is
-    null. Returns the key types (name -> arrow type) and per file its ``(name, value)`` pairs.
+    A key's values are typed as pyarrow's hive partitioning types them -- int32 when every value
+    parses as one (arrow's own cast decides), else string -- except that integers beyond int32
+    (user ids, epoch seconds) are int64, as Spark types them, not strings;
+    ``__HIVE_DEFAULT_PARTITION__`` is null. Returns the key types (name -> arrow type) and per
+    file its ``(name, value)`` pairs.
     """
     from urllib.parse import unquote
 
-    import pyarrow as pa
 
     found = []
     for path, base in zip(paths, bases):
@@ -66,12 +67,22 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str]) -> tuple[dict[str, Any
     typed: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys(k for keys in found for k, _ in keys):
         values = sorted({v for keys in found for k, v in keys if k == name and v != HIVE_NULL})
-        try:
-            parsed = pa.array(values, pa.string()).cast(pa.int32())
-        except pa.ArrowInvalid:
-            parsed = pa.array(values, pa.string())
+        parsed = _typed_key_values(values)
         types[name], typed[name] = parsed.type, dict(zip(values, parsed.to_pylist()))
     return types, [tuple((k, typed[k].get(v)) for k, v in keys) for keys in found]
+
+
+def _typed_key_values(values: list[str]) -> Any:
+    """A key's folder values as an arrow array: int32, else int64, else the strings."""
+    import pyarrow as pa
+
+    strings = pa.array(values, pa.string())
+    for integer in (pa.int32(), pa.int64()):
+        try:
+            return strings.cast(integer)
+        except pa.ArrowInvalid:
+            continue
+    return strings
 
 
 def key_columns(keys: Sequence[tuple[str, Any]], target: Any, num_rows: int) -> Any:
