@@ -58,7 +58,6 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str]) -> tuple[dict[str, Any
     """
     from urllib.parse import unquote
 
-
     found = []
     for path, base in zip(paths, bases):
         folders = path[len(base):].strip("/").split("/")[:-1] if path.startswith(base) else []
