@@ -207,12 +207,16 @@ def test_hive_keys_are_typed_as_spark_reads_them_back():
     np.testing.assert_array_equal(read_sorted(as_spark)["zip"].to_numpy(), np.array(values(rows, "zip"), np.int32))
 
 
-def test_date_and_timestamp_keys_have_the_dtypes_of_such_columns_in_a_file():
+def test_date_and_timestamp_keys_have_the_dtypes_of_such_columns_in_a_file(device):
     """A key and a file's column of the same arrow type are one dtype: pandas' (or cuDF's) for
-    a date32 / timestamp[us] column, whichever the source, so frames of both concatenate."""
-    keys = tl.Dataset(spark_path("hive_typed")).meta().dtypes
-    columns = tl.Dataset(spark_path("types")).meta().dtypes  # day: DATE, ts_ntz: TIMESTAMP_NTZ in the files
-    assert (keys["dt"], keys["at"]) == (columns["day"], columns["ts_ntz"])
+    a date32 / timestamp[us] column, whichever the source, so frames of both concatenate; on
+    the GPU every partition (keys repeated on the device) has them too."""
+    keys = tl.Dataset(spark_path("hive_typed"), part_size=1, device=device)
+    columns = tl.Dataset(spark_path("types"), device=device).meta().dtypes  # day: DATE, ts_ntz: TIMESTAMP_NTZ
+    meta = keys.meta().dtypes
+    assert (meta["dt"], meta["at"]) == (columns["day"], columns["ts_ntz"])
+    for i in range(keys.npartitions):
+        assert keys.read_partition(i).dtypes.equals(meta), f"dtypes of partition {i}"
 
 
 @pytest.mark.parametrize("name, column", [("types", "day"), ("hive_typed", "dt")])
