@@ -338,7 +338,7 @@ def test_partition_types_errors_name_the_key_and_value(tmp_path):
     with pytest.raises(ValueError, match=r"partition_types\['dt'\] = 'date'.*expected one of .*'date32'"):
         Dataset(str(tmp_path / "t"), partition_types={"dt": "date"})
     with pytest.raises(ValueError, match=r"zip=1011A/dt=2024-01-02/part-0\.parquet: partition key 'zip' has the "
-                                         r"value '1011A' \(folder 'zip=1011A'\), which is not a int32"):
+                                         r"value '1011A' \(folder 'zip=1011A'\), which does not parse as int32"):
         Dataset(str(tmp_path / "t"), partition_types={"zip": "int32"})
     with pytest.raises(ValueError, match=r"partition_types=.*parquet files; this source is"):
         Dataset(pd.DataFrame({"a": [1]}), partition_types="string")

@@ -169,8 +169,8 @@ def _cast_key_values(name: str, strings: Any, wanted: Any, paths: Sequence[str])
         except pa.ArrowInvalid:
             folder = f"{name}={value}"
             path = next((p for p in paths if f"/{folder}/" in unquote(p)), paths[0])
-            raise ValueError(f"{path}: partition key {name!r} has the value {value!r} (folder {folder!r}), which is "
-                             f"not a {wanted} as partition_types asks") from None
+            raise ValueError(f"{path}: partition key {name!r} has the value {value!r} (folder {folder!r}), which does "
+                             f"not parse as {wanted}, the type partition_types gives it") from None
     return strings.cast(wanted)
 
 
