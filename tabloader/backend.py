@@ -412,11 +412,7 @@ def list_flatten(series: Any) -> tuple[Any, Any]:
     if is_gpu_object(series):
         return _device_list_flatten(series)
     index = series.index
-    chunked = pa.chunked_array(series.array.__arrow_array__() if hasattr(series.array, "__arrow_array__")
-                               else pa.array(series))
-    arr = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
-    if isinstance(arr, pa.ChunkedArray):  # no chunks
-        arr = pa.array([], type=chunked.type)
+    arr = list_column_to_arrow(series)
     offsets = np.asarray(arr.offsets)
     offsets = offsets - offsets[0]
     validity = arr.is_valid() if arr.null_count else None
@@ -533,7 +529,8 @@ def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:
 
 
 def list_column_to_arrow(series: Any) -> Any:
-    """A list column (pandas ArrowDtype / object lists, or cuDF lists) as one pyarrow array."""
+    """A list column (pandas ArrowDtype / object lists, or cuDF lists) as one pyarrow array
+    (never a ChunkedArray: one code path for every pyarrow version)."""
     import pyarrow as pa
 
     if is_gpu_object(series):
@@ -541,7 +538,7 @@ def list_column_to_arrow(series: Any) -> Any:
     elif isinstance(series.dtype, pd.ArrowDtype):
         arr = pa.array(series.array)
     else:
-        arr = pa.array(series.tolist())
+        arr = pa.array(series)  # a pandas Series: NaN or None in place of a list is a null list
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     return arr

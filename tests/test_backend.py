@@ -362,6 +362,24 @@ def parquet_file(tmp_path):
     return str(path), df
 
 
+@pytest.mark.parametrize("lists", [
+    pd.Series([["a"], None, ["b", "c"]], dtype=pd.ArrowDtype(pa.list_(pa.string()))),
+    pd.Series([[1.5], None, [2.0, 3.0]], dtype=pd.ArrowDtype(pa.list_(pa.float64()))),
+    pd.Series([], dtype=pd.ArrowDtype(pa.list_(pa.string()))),
+    pd.Series([[1.5], np.nan, [2.0, 3.0]], dtype=object),  # Python lists, NaN for a missing list
+], ids=["strings", "floats", "empty", "object"])
+def test_list_flatten_and_rebuild(lists):
+    """Every pyarrow version (15 made a ChunkedArray of a list array's elements, or failed)."""
+    expected = [x for row in lists if isinstance(row, list) for x in row]
+    values, rebuild = backend.list_flatten(lists.iloc[1:].reset_index(drop=True))
+    assert values.tolist() == expected[len(lists.iloc[0]) if len(lists) else 0:]
+    values, rebuild = backend.list_flatten(lists)
+    assert values.tolist() == expected
+    rebuilt = rebuild(values.to_numpy())
+    assert [row if isinstance(row, list) else None for row in rebuilt.tolist()] == \
+        [row if isinstance(row, list) else None for row in lists.tolist()]
+
+
 def test_read_parquet_whole_file(parquet_file):
     path, df = parquet_file
     pd.testing.assert_frame_equal(backend.read_parquet(path), df)
