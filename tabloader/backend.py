@@ -298,7 +298,27 @@ def is_arrow_backed(arrow_type: Any) -> bool:
             or pa.types.is_large_binary(arrow_type) or pa.types.is_fixed_size_binary(arrow_type))
 
 
+def _string_dtype() -> Any:
+    # pandas 3's default text dtype ("str"): arrow-backed, NaN for a missing value. Its one
+    # version branch: pandas 2.3 spells it StringDtype("pyarrow", na_value=np.nan) (as 3 does),
+    # pandas 2.2 StringDtype("pyarrow_numpy") (2.2's own default is object).
+    try:
+        return pd.StringDtype("pyarrow", na_value=np.nan)
+    except TypeError:  # pandas 2.2: no na_value argument
+        return pd.StringDtype("pyarrow_numpy")
+
+
+#: The dtype of text columns tabloader reads, on every pandas version it supports: pandas 3's
+#: ``str`` (pandas 2 users get it too, rather than pandas 2's ``object``, so that ids, dtypes and
+#: missing values are the same under both).
+STRING_DTYPE = _string_dtype()
+
+
 def _pandas_type_for_arrow(arrow_type: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return STRING_DTYPE
     return pd.ArrowDtype(arrow_type) if is_arrow_backed(arrow_type) else None
 
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tabloader import backend, gpu_install
-from tabloader.backend import BackendUnavailableError
+from tabloader.backend import STRING_DTYPE, BackendUnavailableError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -298,7 +298,7 @@ def test_frame_arrow_schema():
 def test_from_arrow_keeps_pandas_conventions():
     df = pd.DataFrame({
         "n": pd.array([1, None, 3], dtype="Int64"),
-        "s": pd.Series(["a", None, "c"], dtype="str"),
+        "s": pd.Series(["a", None, "c"], dtype=STRING_DTYPE),
         "f": np.array([0.5, 1.5, 2.5], dtype=np.float32),
     })
     table = pa.Table.from_pandas(df, preserve_index=False).append_column("l", pa.array([[1, 2], None, []]))
@@ -335,7 +335,7 @@ def test_from_arrow_sharing_buffers_gives_the_same_frame():
         "f32": np.array([0.5, np.nan, 1.5, np.nan, 2.5, 3.5, np.nan], dtype=np.float32),
         "f64": np.full(7, 0.25),
         "b": pd.array([True, None, False, True, True, False, None], dtype="boolean"),
-        "s": pd.Series(["a", None, "c", "d", "e", "f", "g"], dtype="str"),
+        "s": pd.Series(["a", None, "c", "d", "e", "f", "g"], dtype=STRING_DTYPE),
     })
     for copy in (True, False):
         out = backend.from_arrow(table, nullable=["u8"], copy=copy)

@@ -29,6 +29,7 @@ import tabloader as tl
 from tabloader import Dataset
 from tabloader.dataset import SchemaMismatchError
 from tabloader.schema import ColumnSchema, Schema, Tags
+from tabloader.backend import STRING_DTYPE
 
 N = 1200
 
@@ -39,7 +40,7 @@ def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
         "id": np.arange(n, dtype=np.int64),
         "x": rng.normal(size=n),
         "c": rng.integers(0, 50, size=n).astype(np.int32),
-        "s": pd.Series([f"user_{i % 37}" for i in range(n)], dtype="str"),
+        "s": pd.Series([f"user_{i % 37}" for i in range(n)], dtype=STRING_DTYPE),
     })
 
 
@@ -53,7 +54,7 @@ def rich_frame(n: int = 300, seed: int = 1) -> pd.DataFrame:
         "id": np.arange(n, dtype=np.int64),
         "n": pd.array([None if i % 7 == 0 else int(v) for i, v in enumerate(ints)], dtype="Int64"),
         "f": rng.random(n).astype(np.float32),
-        "s": pd.Series([None if i % 11 == 0 else f"s{i % 13}" for i in range(n)], dtype="str"),
+        "s": pd.Series([None if i % 11 == 0 else f"s{i % 13}" for i in range(n)], dtype=STRING_DTYPE),
         "l": pd.Series(lists, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
         "ls": pd.Series(words, dtype=pd.ArrowDtype(pa.list_(pa.string()))),
         "t": pd.date_range("2024-01-01", periods=n, freq="min").as_unit("us"),
@@ -509,7 +510,7 @@ def test_partitions_become_the_arrow_tables_pandas_makes(nan):
         "f64": floats, "i64": rng.integers(-5, 5, n), "f32": floats.astype(np.float32),
         "u8": rng.integers(0, 255, n).astype(np.uint8), "b": rng.random(n) > 0.5,
         "nullable": pd.array(np.where(rng.random(n) > 0.9, None, np.arange(n)), dtype="Int64"),
-        "s": pd.Series(np.where(rng.random(n) > 0.8, None, "x"), dtype="str"),
+        "s": pd.Series(np.where(rng.random(n) > 0.8, None, "x"), dtype=STRING_DTYPE),
         "when": pd.date_range("2026-01-01", periods=n, freq="min"),
         "cat": pd.Categorical(rng.choice(["a", "b"], n)),
         "lists": pd.Series([[1, 2]] * n, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from tabloader import backend
 from tabloader.encoding import cpu, gpu
 from tabloader.encoding.contract import NULL_HASH
+from tabloader.backend import STRING_DTYPE
 
 from encoding_reference import expected_ids, is_null, py_cross, py_hash, reference_vocabulary
 
@@ -238,7 +239,7 @@ def test_hashes_match_the_python_reference(impl, column):
 
 def test_cross_hash_matches_the_python_reference():
     a = pd.Series([1, None, 3, None], dtype="Int64")
-    b = pd.Series(["x", "y", None, None], dtype="str")
+    b = pd.Series(["x", "y", None, None], dtype=STRING_DTYPE)
     cols = [cpu.normalize_column(OP, c, s) for c, s in [("a", a), ("b", b)]]
     expected = [py_cross([x, y]) for x, y in zip(a.tolist(), b.tolist())]
     assert [int(h) for h in cpu.cross_hash(cols)] == expected

@@ -21,6 +21,7 @@ from tabloader.ops.numeric import Bucketize, Clip, LogOp
 from tabloader.ops.sketch import QuantileSketch
 from tabloader.schema import ColumnSchema, Schema, Tags
 from tabloader.workflow import Workflow
+from tabloader.backend import STRING_DTYPE
 
 from op_cases import BUCKETIZE_BOUNDS, numeric_frame
 
@@ -246,7 +247,7 @@ def test_fill_median_before_fit_and_wrong_dtype_names_op_column_dtype(frame):
         FillMedian().transform(["a"], frame)
     with pytest.raises(NotFittedError):
         Workflow(["a"] >> FillMedian(), progress=False).transform(frame)
-    df = pd.DataFrame({"s": pd.Series(["x", None, "y"], dtype="str")})
+    df = pd.DataFrame({"s": pd.Series(["x", None, "y"], dtype=STRING_DTYPE)})
     with pytest.raises(TypeError, match=r"FillMedian.*'s'.*str"):
         Workflow(["s"] >> FillMedian(), progress=False).fit(df)
 
