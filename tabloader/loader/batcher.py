@@ -54,15 +54,16 @@ class Batcher:
         for chunk in chunks:
             lo = max(position, chunk.spec.row_start) - chunk.spec.row_start
             hi = min(end, chunk.spec.row_start + chunk.num_rows) - chunk.spec.row_start
-            while lo < hi:
-                if batch is None:
-                    batch = self._empty_batch(chunk, min(bs, end - chunk.spec.row_start - lo))
-                take = min(hi - lo, batch.rows - batch.filled)
-                self._gather(chunk, chunk.perm[lo:lo + take], batch)
-                lo += take
-                if batch.filled == batch.rows:
-                    yield self._emit(batch)
-                    batch = None
+            if lo < hi:
+                cuts = _cuts(chunk.spec.row_start - start, lo, hi, bs)
+                sizes = _ListSizes.of(chunk, cuts, self.layout.padded)
+                for a, b in zip(cuts, cuts[1:]):
+                    if batch is None:
+                        batch = self._empty_batch(chunk, min(bs, end - chunk.spec.row_start - a))
+                    self._gather(chunk, a, b, sizes, batch)
+                    if batch.filled == batch.rows:
+                        yield self._emit(batch)
+                        batch = None
             position = chunk.spec.row_start + hi
             if position >= end:
                 break
@@ -72,15 +73,18 @@ class Batcher:
         array per dtype, whose every column is aligned (so that a batch spanning two chunks is
         gathered into place instead of concatenated afterwards)."""
         groups = {d: backend.empty_columns(buf.shape[1], rows, buf.dtype, like=buf) for d, buf in chunk.groups.items()}
-        return _Batch(rows, groups, {name: [] for name in chunk.lists})
+        return _Batch(rows, groups, {name: [] for name in chunk.lists}, {})
 
-    def _gather(self, chunk: Chunk, idx: Any, batch: "_Batch") -> None:
-        """Gather the chunk rows ``idx`` into the next ``len(idx)`` rows of ``batch``."""
-        stop = batch.filled + len(idx)
+    def _gather(self, chunk: Chunk, a: int, b: int, sizes: "_ListSizes", batch: "_Batch") -> None:
+        """Gather the rows ``chunk.perm[a:b]`` into the next ``b - a`` rows of ``batch``."""
+        idx = chunk.perm[a:b]
+        stop = batch.filled + b - a
         for d, buf in chunk.groups.items():
             _gather_columns(buf, idx, batch.groups[d][:, batch.filled:stop])
         for name, (values, offsets) in chunk.lists.items():
-            batch.lists[name].append(_gather_lists(values, offsets, idx))
+            batch.lists[name].append(_gather_lists(values, offsets, idx, sizes.offsets(name, a, b)))
+            if name in sizes.kept:
+                batch.kept[name] = batch.kept.get(name, 0) + sizes.kept[name][b] - sizes.kept[name][a]
         batch.filled = stop
 
     def _emit(self, batch: "_Batch") -> tuple[dict, Any, int]:
@@ -89,7 +93,7 @@ class Batcher:
         features: dict[str, Any] = {}
         for name in self.layout.features:
             if name in self.layout.padded:
-                features[name] = pad_lists(*lists[name], self.layout.padded[name])
+                features[name] = pad_lists(*lists[name], self.layout.padded[name], kept=batch.kept[name])
             elif name in self.layout.lists:
                 features[name] = lists[name]
             else:
@@ -106,11 +110,13 @@ class Batcher:
 @dataclasses.dataclass
 class _Batch:
     """A batch being gathered: ``groups`` dtype -> (columns, rows) array, filled up to row
-    ``filled``; ``lists`` name -> the (values, offsets) parts gathered so far."""
+    ``filled``; ``lists`` name -> the (values, offsets) parts gathered so far; ``kept`` padded
+    list column -> how many of its values the padding keeps (a host int)."""
 
     rows: int
     groups: dict[str, Any]
     lists: dict[str, list[tuple[Any, Any]]]
+    kept: dict[str, int]
     filled: int = 0
 
 
@@ -135,13 +141,81 @@ def _gather_columns(buf: Any, idx: Any, out: Any) -> None:
         out[:, s:e] = tmp.T
 
 
-def _gather_lists(values: Any, offsets: Any, idx: Any) -> tuple[Any, Any]:
-    """Rows ``idx`` of a list column, each row's list kept whole: (values, offsets)."""
+def _cuts(shift: int, lo: int, hi: int, batch_size: int) -> list[int]:
+    """The chunk rows where the batcher cuts ``[lo, hi)``: ``lo``, every batch boundary in
+    between and ``hi``. Batch boundaries are the stream rows ``start + k * batch_size``; a
+    chunk row ``p`` is stream row ``start + shift + p``.
+
+    Example:
+        >>> _cuts(3, 0, 10, 4), _cuts(0, 4, 9, 4)
+        ([0, 1, 5, 9, 10], [4, 8, 9])
+    """
+    first = (shift + lo) // batch_size * batch_size + batch_size - shift  # the first boundary after lo
+    return [lo, *range(first, hi, batch_size), hi]
+
+
+@dataclasses.dataclass
+class _ListSizes:
+    """A chunk's list columns sized once per chunk, so that gathering a batch of them reads
+    nothing back from the device.
+
+    ``cumsum`` name -> (device) running sum of the list lengths of the chunk rows
+    ``perm[lo:hi]`` in that order (``hi - lo + 1`` entries, from 0); ``at`` name -> {cut: that
+    sum at the cut} and ``kept`` padded name -> {cut: running sum of the values its padding
+    keeps}, on the host. On a GPU, a batch's element count decides the size of its arrays, and
+    reading it back per batch (``int(x)``) would stall the host until the device caught up;
+    here the chunk's counts at every cut come back in one copy, per chunk (a chunk is up to
+    millions of rows, a batch thousands).
+    """
+
+    lo: int
+    cumsum: dict[str, Any]
+    at: dict[str, dict[int, int]]
+    kept: dict[str, dict[int, int]]
+
+    @classmethod
+    def of(cls, chunk: Chunk, cuts: list[int], padded: dict) -> "_ListSizes":
+        if not chunk.lists:
+            return cls(cuts[0], {}, {}, {})
+        lo, hi = cuts[0], cuts[-1]
+        xp = backend.array_lib(chunk.perm)
+        idx = chunk.perm[lo:hi]
+        cumsum, sums = {}, []
+        for name, (_, offsets) in chunk.lists.items():
+            lengths = offsets[idx + 1] - offsets[idx]
+            cumsum[name] = _running_sum(xp, lengths)
+            sums.append(cumsum[name])
+            if name in padded:
+                sums.append(_running_sum(xp, xp.minimum(lengths, padded[name].pad_to)))
+        at_cuts = backend.to_host(xp.stack(sums)[:, xp.asarray(cuts) - lo]).tolist()  # the chunk's one read
+        rows = iter(dict(zip(cuts, row)) for row in at_cuts)
+        at, kept = {}, {}
+        for name in chunk.lists:
+            at[name] = next(rows)
+            if name in padded:
+                kept[name] = next(rows)
+        return cls(lo, cumsum, at, kept)
+
+    def offsets(self, name: str, a: int, b: int) -> tuple[Any, int]:
+        """The offsets (from 0) of the lists of the chunk rows ``perm[a:b]`` on the device, and
+        their total length on the host."""
+        first = self.at[name][a]
+        return self.cumsum[name][a - self.lo:b - self.lo + 1] - first, self.at[name][b] - first
+
+
+def _running_sum(xp: Any, lengths: Any) -> Any:
+    """``[0, l0, l0 + l1, ...]`` (int64), one longer than ``lengths``."""
+    out = xp.zeros(len(lengths) + 1, dtype=xp.int64)
+    xp.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _gather_lists(values: Any, offsets: Any, idx: Any, new: tuple[Any, int]) -> tuple[Any, Any]:
+    """Rows ``idx`` of a list column, each row's list kept whole: (values, offsets).
+    ``new`` is their offsets from 0 and total length (from :meth:`_ListSizes.offsets`)."""
     xp = backend.array_lib(values)
+    new_offsets, total = new
     starts = offsets[idx]
-    lengths = offsets[idx + 1] - starts
-    new_offsets = xp.zeros(len(idx) + 1, dtype=xp.int64)
-    xp.cumsum(lengths, out=new_offsets[1:])
-    total = int(new_offsets[-1])
+    lengths = new_offsets[1:] - new_offsets[:-1]
     positions = backend.repeat(starts - new_offsets[:-1], lengths, total) + xp.arange(total, dtype=xp.int64)
     return values[positions], new_offsets
