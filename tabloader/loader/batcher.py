@@ -81,8 +81,8 @@ class Batcher:
         stop = batch.filled + b - a
         for d, buf in chunk.groups.items():
             _gather_columns(buf, idx, batch.groups[d][:, batch.filled:stop])
-        for name, (values, offsets) in chunk.lists.items():
-            batch.lists[name].append(_gather_lists(values, offsets, idx, sizes.offsets(name, a, b)))
+        for name, (values, _) in chunk.lists.items():
+            batch.lists[name].append(_gather_lists(values, *sizes.rows(name, a, b)))
             if name in sizes.kept:
                 batch.kept[name] = batch.kept.get(name, 0) + sizes.kept[name][b] - sizes.kept[name][a]
         batch.filled = stop
@@ -159,16 +159,17 @@ class _ListSizes:
     """A chunk's list columns sized once per chunk, so that gathering a batch of them reads
     nothing back from the device.
 
-    ``cumsum`` name -> (device) running sum of the list lengths of the chunk rows
-    ``perm[lo:hi]`` in that order (``hi - lo + 1`` entries, from 0); ``at`` name -> {cut: that
-    sum at the cut} and ``kept`` padded name -> {cut: running sum of the values its padding
-    keeps}, on the host. On a GPU, a batch's element count decides the size of its arrays, and
+    ``starts`` name -> (device) where the lists of the chunk rows ``perm[lo:hi]`` start in the
+    column's values, in that order; ``cumsum`` name -> (device) the running sum of their lengths
+    (``hi - lo + 1`` entries, from 0); ``at`` name -> {cut: that sum at the cut} and ``kept``
+    padded name -> {cut: running sum of the values its padding keeps}, on the host. On a GPU, a batch's element count decides the size of its arrays, and
     reading it back per batch (``int(x)``) would stall the host until the device caught up;
     here the chunk's counts at every cut come back in one copy, per chunk (a chunk is up to
     millions of rows, a batch thousands).
     """
 
     lo: int
+    starts: dict[str, Any]
     cumsum: dict[str, Any]
     at: dict[str, dict[int, int]]
     kept: dict[str, dict[int, int]]
@@ -176,13 +177,14 @@ class _ListSizes:
     @classmethod
     def of(cls, chunk: Chunk, cuts: list[int], padded: dict) -> "_ListSizes":
         if not chunk.lists:
-            return cls(cuts[0], {}, {}, {})
+            return cls(cuts[0], {}, {}, {}, {})
         lo, hi = cuts[0], cuts[-1]
         xp = backend.array_lib(chunk.perm)
         idx = chunk.perm[lo:hi]
-        cumsum, sums = {}, []
+        starts, cumsum, sums = {}, {}, []
         for name, (_, offsets) in chunk.lists.items():
-            lengths = offsets[idx + 1] - offsets[idx]
+            starts[name] = offsets[idx]
+            lengths = offsets[idx + 1] - starts[name]
             cumsum[name] = _running_sum(xp, lengths)
             sums.append(cumsum[name])
             if name in padded:
@@ -194,13 +196,14 @@ class _ListSizes:
             at[name] = next(rows)
             if name in padded:
                 kept[name] = next(rows)
-        return cls(lo, cumsum, at, kept)
+        return cls(lo, starts, cumsum, at, kept)
 
-    def offsets(self, name: str, a: int, b: int) -> tuple[Any, int]:
-        """The offsets (from 0) of the lists of the chunk rows ``perm[a:b]`` on the device, and
-        their total length on the host."""
+    def rows(self, name: str, a: int, b: int) -> tuple[Any, Any, int]:
+        """The lists of the chunk rows ``perm[a:b]``: where they start in the column's values
+        and their offsets from 0 (on the device), and their total length (on the host)."""
         first = self.at[name][a]
-        return self.cumsum[name][a - self.lo:b - self.lo + 1] - first, self.at[name][b] - first
+        i, j = a - self.lo, b - self.lo
+        return self.starts[name][i:j], self.cumsum[name][i:j + 1] - first, self.at[name][b] - first
 
 
 def _running_sum(xp: Any, lengths: Any) -> Any:
@@ -210,12 +213,11 @@ def _running_sum(xp: Any, lengths: Any) -> Any:
     return out
 
 
-def _gather_lists(values: Any, offsets: Any, idx: Any, new: tuple[Any, int]) -> tuple[Any, Any]:
-    """Rows ``idx`` of a list column, each row's list kept whole: (values, offsets).
-    ``new`` is their offsets from 0 and total length (from :meth:`_ListSizes.offsets`)."""
+def _gather_lists(values: Any, starts: Any, new_offsets: Any, total: int) -> tuple[Any, Any]:
+    """Rows of a list column, each row's list kept whole: (values, offsets). The rows' lists
+    start at ``starts`` in ``values``, ``new_offsets`` are their offsets in the result (from 0)
+    and ``total`` its length (see :meth:`_ListSizes.rows`)."""
     xp = backend.array_lib(values)
-    new_offsets, total = new
-    starts = offsets[idx]
     lengths = new_offsets[1:] - new_offsets[:-1]
     positions = backend.repeat(starts - new_offsets[:-1], lengths, total) + xp.arange(total, dtype=xp.int64)
     return values[positions], new_offsets
