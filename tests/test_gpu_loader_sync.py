@@ -40,14 +40,16 @@ FILES, ROWS, BATCH, PAD_TO = 4, 300, 64, 3  # 300 rows per chunk: batches stradd
 
 @pytest.fixture(scope="module")
 def sessions(tmp_path_factory):
-    """``id``, ``x``, ``items`` and ``hist`` int64 lists (empty ones included), ``y``; one
-    parquet file (written by pyarrow, no pandas metadata) per chunk."""
+    """``id``, ``x``, ``items`` and ``hist`` int64 lists (empty ones included), ``w`` float32
+    lists as long as ``items`` (its weights), ``y``; one parquet file (written by pyarrow, no
+    pandas metadata) per chunk."""
     rng = np.random.default_rng(3)
     n = FILES * ROWS
     items = [rng.integers(1, 1000, rng.integers(0, 6)).tolist() for _ in range(n)]
     hist = [rng.integers(1, 1000, rng.integers(0, 8)).tolist() for _ in range(n)]
     table = pa.table({"id": np.arange(n), "x": np.arange(n, dtype="float32"),
                       "items": pa.array(items, pa.list_(pa.int64())), "hist": pa.array(hist, pa.list_(pa.int64())),
+                      "w": pa.array([[0.5] * len(x) for x in items], pa.list_(pa.float32())),
                       "y": np.zeros(n, "float32")})
     path = tmp_path_factory.mktemp("sync")
     for i in range(FILES):
@@ -55,6 +57,7 @@ def sessions(tmp_path_factory):
     schema = Schema([ColumnSchema("id", "int64", {Tags.CATEGORICAL}), ColumnSchema("x", "float32", {Tags.CONTINUOUS}),
                      ColumnSchema("items", "int64", {Tags.CATEGORICAL, Tags.LIST}, is_list=True),
                      ColumnSchema("hist", "int64", {Tags.CONTINUOUS, Tags.LIST}, is_list=True),
+                     ColumnSchema("w", "float32", {Tags.CONTINUOUS, Tags.LIST}, is_list=True),
                      ColumnSchema("y", "float32", {Tags.TARGET})])
     return tl.Dataset(str(path), schema=schema, part_size=4000), items, hist  # a partition per file
 
@@ -128,14 +131,17 @@ def test_cuda_loader_reads_the_host_once_per_chunk(sessions, no_sync):
 
 
 def test_torch_loader_dict_and_jagged_make_no_sync(sessions, no_sync):
+    """The torch adapter, as a dict of tensors (padded lists too) and as a keyed jagged batch
+    with weights (their lengths checked in the chunk's read, not per batch)."""
     torch = pytest.importorskip("torch")
     import tabloader.torch  # noqa: F401
-    from tabloader.torch.jagged import jagged_feature
+    from tabloader.torch.jagged import jagged_feature, jagged_parts
 
     ds, items, hist = sessions
     common = dict(batch_size=BATCH, device="cuda", parts_per_chunk=1, seed=2)
     as_dict = tl.torch.Loader(ds, lists={"hist": PAD_TO}, **common)
-    jagged = tl.torch.Loader(ds, output="jagged", categorical=["id", "items"], continuous=["x"], target="y", **common)
+    jagged = tl.torch.Loader(ds, output="jagged", categorical=["id", "items"], continuous=["x", "w"], target="y",
+                             sparse_weights={"items": "w"}, **common)
     with no_sync(torch) as reads:
         dict_batches = [features for features, _ in as_dict]
         jagged_batches = list(jagged)
@@ -147,5 +153,6 @@ def test_torch_loader_dict_and_jagged_make_no_sync(sessions, no_sync):
         values, offsets = (host(a) for a in jagged_feature(sparse, "items"))
         assert [values[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [items[i] for i in ids]
         assert host(dense["x"]).tolist() == ids and target.device.type == "cuda"
+        assert host(jagged_parts(sparse)[3]).tolist() == [1.0] * len(ids) + [0.5] * len(values)
         seen += ids
     assert sorted(seen) == list(range(FILES * ROWS))

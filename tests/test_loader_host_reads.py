@@ -200,3 +200,19 @@ def test_the_stand_in_refuses_host_reads(cupy, read):
     for x in (fresh, fresh[-1], fresh.sum()):
         with pytest.raises(HostRead):
             read(x)
+
+
+def test_same_lengths_is_checked_in_the_chunk_read(cupy):
+    """Lists that must match in length (values and their weights) are compared once per chunk,
+    in the same host read; a mismatch names both columns."""
+    chunks, rows = make_chunks([7, 5, 9])
+    for chunk in chunks:
+        chunk.lists["weights"] = chunk.lists["items"]
+    layout = ColumnLayout(("id", "items", "hist", "weights"), ("y",), LAYOUT.groups,
+                          {**LAYOUT.lists, "weights": "int64"}, LAYOUT.padded)
+    batches = list(Batcher(layout, 4, same_lengths=[("items", "weights")]).batches(chunks, 0, 21))
+    check_batches(batches, rows, 4)
+    assert cupy.reads == len(chunks)
+    chunks[1].lists["weights"] = chunks[1].lists["hist"]
+    with pytest.raises(ValueError, match=r"'items' and 'weights' must have lists of the same length.*partition\(s\) \[1\]"):
+        list(Batcher(layout, 4, same_lengths=[("items", "weights")]).batches(chunks, 0, 21))

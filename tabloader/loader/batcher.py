@@ -11,7 +11,7 @@ the framework adapters can take without a copy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from tabloader import backend
 from tabloader.loader.buffer import Chunk, concat_lists
@@ -28,7 +28,9 @@ class Batcher:
     a batch that straddles two chunks is completed from the next one (the tail is carried),
     so only the epoch's last batch can be short (and is dropped with ``drop_last``).
     Scalar columns are gathered into one column-major array per dtype, so every feature is a
-    contiguous 1-D array.
+    contiguous 1-D array. ``same_lengths`` names pairs of list columns whose lists must have the
+    same length in every row (values and their weights): checked once per chunk, a ValueError
+    naming both columns otherwise.
 
     Example:
         >>> import numpy as np
@@ -41,8 +43,10 @@ class Batcher:
         [[1, 2], [3, 4], [5, 6]]
     """
 
-    def __init__(self, layout: ColumnLayout, batch_size: int, drop_last: bool = False) -> None:
+    def __init__(self, layout: ColumnLayout, batch_size: int, drop_last: bool = False,
+                 same_lengths: Sequence[tuple[str, str]] = ()) -> None:
         self.layout, self.batch_size, self.drop_last = layout, batch_size, drop_last
+        self.same_lengths = tuple(same_lengths)
 
     def batches(self, chunks: Iterable[Chunk], start: int, end: int) -> Iterator[tuple[dict, Any, int]]:
         """Yield ``(features, target, rows)`` for the stream rows ``[start, end)``."""
@@ -56,7 +60,7 @@ class Batcher:
             hi = min(end, chunk.spec.row_start + chunk.num_rows) - chunk.spec.row_start
             if lo < hi:
                 cuts = _cuts(chunk.spec.row_start - start, lo, hi, bs)
-                sizes = _ListSizes.of(chunk, cuts, self.layout.padded)
+                sizes = _ListSizes.of(chunk, cuts, self.layout.padded, self.same_lengths)
                 for a, b in zip(cuts, cuts[1:]):
                     if batch is None:
                         batch = self._empty_batch(chunk, min(bs, end - chunk.spec.row_start - a))
@@ -175,7 +179,8 @@ class _ListSizes:
     kept: dict[str, dict[int, int]]
 
     @classmethod
-    def of(cls, chunk: Chunk, cuts: list[int], padded: dict) -> "_ListSizes":
+    def of(cls, chunk: Chunk, cuts: list[int], padded: dict, same_lengths: Sequence[tuple[str, str]] = ()
+           ) -> "_ListSizes":
         if not chunk.lists:
             return cls(cuts[0], {}, {}, {}, {})
         lo, hi = cuts[0], cuts[-1]
@@ -189,7 +194,15 @@ class _ListSizes:
             sums.append(cumsum[name])
             if name in padded:
                 sums.append(_running_sum(xp, xp.minimum(lengths, padded[name].pad_to)))
+        for a, b in same_lengths:  # where their offsets differ, counted on the device, read with the sums
+            differ = xp.count_nonzero(chunk.lists[a][1] != chunk.lists[b][1])
+            sums.append(xp.zeros(hi - lo + 1, dtype=xp.int64) + differ)
         at_cuts = backend.to_host(xp.stack(sums)[:, xp.asarray(cuts) - lo]).tolist()  # the chunk's one read
+        for (a, b), differ in zip(same_lengths, at_cuts[len(at_cuts) - len(same_lengths):]):
+            if differ[0]:
+                partitions = sorted({s.partition for s in chunk.spec.segments})
+                raise ValueError(f"list columns {a!r} and {b!r} must have lists of the same length in every row; "
+                                 f"they differ in the rows of partition(s) {partitions}")
         rows = iter(dict(zip(cuts, row)) for row in at_cuts)
         at, kept = {}, {}
         for name in chunk.lists:
