@@ -351,9 +351,39 @@ def test_hive_keys_must_be_in_every_file(tmp_path):
     with pytest.raises(SchemaMismatchError, match=r"a\.parquet does not match .*b\.parquet: extra columns \['k'\]"):
         Dataset(str(tmp_path / "d"))
 
+    # a file storing the key as a column, outside any k= folder, has no value for the key
     pq.write_table(pa.table({"v": [2], "k": [3]}), tmp_path / "d" / "b.parquet")
-    with pytest.raises(SchemaMismatchError, match=r"b\.parquet.*\['k'\].*partition"):
+    with pytest.raises(SchemaMismatchError, match=r"a\.parquet does not match .*b\.parquet: extra columns \['k'\]"):
         Dataset(str(tmp_path / "d"))
+
+
+def test_keys_the_files_also_store_as_polars_writes_them(tmp_path):
+    """polars' partitioned write (and DuckDB's with WRITE_PARTITION_COLUMNS) also stores each key
+    in the files: the key keeps the files' type and place among their columns, and its value is
+    the folder's, as Spark, polars and DuckDB read it."""
+    n = 8
+    frame = pl.DataFrame({"dt": [DAYS[i % 2] for i in range(n)], "row": range(n), "m": [7 + i % 4 for i in range(n)]})
+    frame.write_parquet(tmp_path / "pl", partition_by=["dt", "m"])
+    stored = pq.read_schema(next((tmp_path / "pl").rglob("*.parquet")))
+    assert stored.names == ["dt", "row", "m"]  # what this test is about: the keys are in the files too
+    ds = Dataset(str(tmp_path / "pl"), part_size=1)
+    assert [(c.name, c.dtype) for c in ds.schema] == [("dt", "date32[day]"), ("row", "int64"), ("m", "int64")]
+    expected = frame.to_pandas(use_pyarrow_extension_array=False)
+    expected["dt"] = pd.Series(pd.arrays.ArrowExtensionArray(frame["dt"].to_arrow()))
+    pd.testing.assert_frame_equal(ds.compute().sort_values("row", ignore_index=True), expected)
+    check_dtypes_agree(ds)
+
+    # the folder's value wins over a file's own (as in polars and DuckDB), typed as the file's column
+    (tmp_path / "odd" / "m=8").mkdir(parents=True)
+    pq.write_table(pa.table({"row": [1, 2], "m": pa.array([7, 7], pa.int16())}), tmp_path / "odd" / "m=8" / "a.parquet")
+    pd.testing.assert_frame_equal(Dataset(str(tmp_path / "odd")).compute(),
+                                  pd.DataFrame({"row": [1, 2], "m": np.array([8, 8], np.int16)}))
+    # a folder value the file's type cannot hold is refused, naming the file, the key and the value
+    (tmp_path / "odd" / "m=x").mkdir()
+    pq.write_table(pa.table({"row": [3], "m": pa.array([7], pa.int16())}), tmp_path / "odd" / "m=x" / "b.parquet")
+    with pytest.raises(ValueError, match=r"m=x/b\.parquet: partition key 'm' has the value 'x'.*does not parse as "
+                                         r"int16, the type the files store it as"):
+        Dataset(str(tmp_path / "odd"))
 
 
 def test_key_value_folders_above_the_dataset_are_not_keys(tmp_path):

@@ -20,7 +20,6 @@ from urllib.parse import unquote
 import numpy as np
 
 from tabloader import backend
-from tabloader.dataset.source import SchemaMismatchError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Spark, Hive and pyarrow write a null partition key
 
@@ -77,8 +76,8 @@ def key_types() -> dict[str, Any]:
             **{str(t): t for t in types}}
 
 
-def hive_keys(paths: Sequence[str], bases: Sequence[str],
-              partition_types: Mapping[str, Any] | str | None = None) -> tuple[dict[str, Any], list[tuple]]:
+def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mapping[str, Any] | str | None = None,
+              stored: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], list[tuple]]:
     """The hive partition keys of each file: the ``name=value`` folders between the folder it
     was found under and the file.
 
@@ -87,8 +86,10 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str],
     strictly (no leading zeros: ``zip=01234`` stays a string), else string, as Spark, DuckDB
     and polars type them; ``__HIVE_DEFAULT_PARTITION__`` is null. ``partition_types`` gives
     the type of some keys (name -> type, see :func:`key_types`) or of all (one type, such as
-    ``"string"``) instead. Returns the key types (name -> arrow type) and per file its
-    ``(name, value)`` pairs.
+    ``"string"``) instead. A key that the files also store as a column (polars' and DuckDB's
+    partitioned writes do) has the type of that column: ``stored`` holds each file's column
+    types (name -> arrow type); the value is still the folder's, as Spark, polars and DuckDB
+    read it. Returns the key types (name -> arrow type) and per file its ``(name, value)`` pairs.
 
     Example:
         >>> paths = ["/d/dt=2024-01-01/zip=01234/a.parquet", "/d/dt=2024-01-02/zip=10115/b.parquet"]
@@ -103,14 +104,24 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str],
         folders = path[len(base):].strip("/").split("/")[:-1] if path.startswith(base) else []
         found.append([tuple(unquote(part) for part in folder.split("=", 1)) for folder in folders if "=" in folder])
     names = list(dict.fromkeys(k for keys in found for k, _ in keys))
-    wanted = _wanted_key_types(partition_types, names, paths)
+    given, in_files = _wanted_key_types(partition_types, names, paths), _stored_key_types(names, stored)
     types: dict[str, Any] = {}
     typed: dict[str, dict[str, Any]] = {}
     for name in names:
         values = sorted({v for keys in found for k, v in keys if k == name and v != HIVE_NULL})
-        parsed = _typed_key_values(name, values, wanted.get(name), paths)
+        wanted = (given[name], "partition_types gives it") if name in given else \
+            (in_files[name], "the files store it as") if name in in_files else None
+        parsed = _typed_key_values(name, values, wanted, paths)
         types[name], typed[name] = parsed.type, dict(zip(values, parsed.to_pylist()))
     return types, [tuple((k, typed[k].get(v)) for k, v in keys) for keys in found]
+
+
+def _stored_key_types(names: Sequence[str], stored: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The type of each key that a file also stores as a column (the first such file's)."""
+    types: dict[str, Any] = {}
+    for fields in stored:
+        types.update({name: fields[name] for name in names if name in fields and name not in types})
+    return types
 
 
 def _wanted_key_types(partition_types: Mapping[str, Any] | str | None, names: Sequence[str],
@@ -140,15 +151,15 @@ def _key_type(name: str, given: Any) -> Any:
                      f"expected one of {sorted(known)} (or that pyarrow type)")
 
 
-def _typed_key_values(name: str, values: list[str], wanted: Any, paths: Sequence[str]) -> Any:
-    """A key's folder values as an arrow array of type ``wanted`` (a value that does not parse
-    is refused naming it), else of the first type of :data:`_INFERRED` they all parse as, else
+def _typed_key_values(name: str, values: list[str], wanted: tuple[Any, str] | None, paths: Sequence[str]) -> Any:
+    """A key's folder values as an arrow array of the type ``wanted`` gives (with the reason for
+    it: a value that does not parse is refused naming both), else of the first type of :data:`_INFERRED` they all parse as, else
     the strings."""
     import pyarrow as pa
 
     strings = pa.array(values, pa.string())
     if wanted is not None:
-        return _cast_key_values(name, strings, wanted, paths)
+        return _cast_key_values(name, strings, *wanted, paths)
     for type_name, shape in _INFERRED:
         if all(re.fullmatch(shape, v) for v in values):
             try:
@@ -158,7 +169,7 @@ def _typed_key_values(name: str, values: list[str], wanted: Any, paths: Sequence
     return strings
 
 
-def _cast_key_values(name: str, strings: Any, wanted: Any, paths: Sequence[str]) -> Any:
+def _cast_key_values(name: str, strings: Any, wanted: Any, why: str, paths: Sequence[str]) -> Any:
     """``strings`` cast to ``wanted``; the first value that does not parse is refused, naming
     a file under its folder."""
     import pyarrow as pa
@@ -166,11 +177,11 @@ def _cast_key_values(name: str, strings: Any, wanted: Any, paths: Sequence[str])
     for value in strings.to_pylist():
         try:
             pa.scalar(value).cast(wanted)
-        except pa.ArrowInvalid:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             folder = f"{name}={value}"
             path = next((p for p in paths if f"/{folder}/" in unquote(p)), paths[0])
             raise ValueError(f"{path}: partition key {name!r} has the value {value!r} (folder {folder!r}), which does "
-                             f"not parse as {wanted}, the type partition_types gives it") from None
+                             f"not parse as {wanted}, the type {why}") from None
     return strings.cast(wanted)
 
 
@@ -188,15 +199,12 @@ def key_columns(keys: Sequence[tuple[str, Any]], target: Any, num_rows: int) -> 
 
 
 # Column types as read.
-def file_fields(arrow_schema: Any, path: str, key_types: dict[str, Any]) -> dict[str, Any]:
+def file_fields(arrow_schema: Any, key_types: Mapping[str, Any] = {}) -> dict[str, Any]:
     """Name -> type of a file's columns as they are read: dictionary-encoded columns decoded,
-    pandas' stored index left out. A column named like a partition key is refused."""
-    fields = {f.name: decoded(f.type) for f in arrow_schema if not f.name.startswith("__index_level_")}
-    clash = [k for k in key_types if k in fields]
-    if clash:
-        raise SchemaMismatchError(f"{path}: column(s) {clash} are in the file and also the names of partition "
-                                  "folders (name=value) of this dataset; rename the folders or the columns")
-    return fields
+    pandas' stored index left out, and the partition keys in ``key_types`` left out too (a key
+    the file also stores is read from its folder, see :func:`hive_keys`)."""
+    return {f.name: decoded(f.type) for f in arrow_schema
+            if not f.name.startswith("__index_level_") and f.name not in key_types}
 
 
 def decoded(arrow_type: Any) -> Any:
@@ -231,10 +239,11 @@ def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys:
     """
     candidates = {f.name for f in arrow_schema if backend.has_nullable_dtype(f.type)}
     found = {name for pairs in keys for name, value in pairs if value is None and name in candidates}
+    in_files = candidates - {name for pairs in keys for name, _ in pairs}  # a key is read from its folders
     for footer in footers:
         leaves = [footer.schema.column(j) for j in range(footer.num_columns)]
         optional = [(j, leaf.path) for j, leaf in enumerate(leaves)
-                    if leaf.path in candidates and leaf.max_definition_level > 0]
+                    if leaf.path in in_files and leaf.max_definition_level > 0]
         for i in range(footer.num_row_groups):
             row_group = footer.row_group(i)
             for j, name in optional:
