@@ -194,10 +194,12 @@ class _ListSizes:
             sums.append(cumsum[name])
             if name in padded:
                 sums.append(_running_sum(xp, xp.minimum(lengths, padded[name].pad_to)))
+        cut_rows = xp.asarray(cuts) - lo
+        picked = [s[cut_rows] for s in sums]
         for a, b in same_lengths:  # where their offsets differ, counted on the device, read with the sums
             differ = xp.count_nonzero(chunk.lists[a][1] != chunk.lists[b][1])
-            sums.append(xp.zeros(hi - lo + 1, dtype=xp.int64) + differ)
-        at_cuts = backend.to_host(xp.stack(sums)[:, xp.asarray(cuts) - lo]).tolist()  # the chunk's one read
+            picked.append(xp.zeros(len(cuts), dtype=xp.int64) + differ)
+        at_cuts = backend.to_host(xp.stack(picked)).tolist()  # the chunk's one read
         for (a, b), differ in zip(same_lengths, at_cuts[len(at_cuts) - len(same_lengths):]):
             if differ[0]:
                 partitions = sorted({s.partition for s in chunk.spec.segments})
