@@ -126,7 +126,8 @@ def make_chunks(sizes, with_lists=True, seed=0):
         items = [rng.integers(1, 100, rng.integers(0, 5)).tolist() for _ in range(n)]
         hist = [rng.integers(1, 100, rng.integers(0, 6)).tolist() for _ in range(n)]
         perm = rng.permutation(n)
-        groups = {"int64": _device(ids.reshape(-1, 1)), "float32": _device((ids * 0.5).astype("float32").reshape(-1, 1))}
+        groups = {"int64": _device(ids.reshape(-1, 1)),
+                  "float32": _device((ids * 0.5).astype("float32").reshape(-1, 1))}
         lists = {"items": _packed(items), "hist": _packed(hist)} if with_lists else {}
         spec = ChunkSpec(index, (Segment(index, 0, n),), row_start)
         chunks.append(Chunk(spec, groups, lists, _device(perm)))
@@ -214,5 +215,6 @@ def test_same_lengths_is_checked_in_the_chunk_read(cupy):
     check_batches(batches, rows, 4)
     assert cupy.reads == len(chunks)
     chunks[1].lists["weights"] = chunks[1].lists["hist"]
-    with pytest.raises(ValueError, match=r"'items' and 'weights' must have lists of the same length.*partition\(s\) \[1\]"):
+    mismatch = r"'items' and 'weights' must have lists of the same length.*partition\(s\) \[1\]"
+    with pytest.raises(ValueError, match=mismatch):
         list(Batcher(layout, 4, same_lengths=[("items", "weights")]).batches(chunks, 0, 21))

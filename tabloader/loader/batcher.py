@@ -166,10 +166,11 @@ class _ListSizes:
     ``starts`` name -> (device) where the lists of the chunk rows ``perm[lo:hi]`` start in the
     column's values, in that order; ``cumsum`` name -> (device) the running sum of their lengths
     (``hi - lo + 1`` entries, from 0); ``at`` name -> {cut: that sum at the cut} and ``kept``
-    padded name -> {cut: running sum of the values its padding keeps}, on the host. On a GPU, a batch's element count decides the size of its arrays, and
-    reading it back per batch (``int(x)``) would stall the host until the device caught up;
-    here the chunk's counts at every cut come back in one copy, per chunk (a chunk is up to
-    millions of rows, a batch thousands).
+    padded name -> {cut: running sum of the values its padding keeps}, on the host.
+
+    Why per chunk: on a GPU a batch's element count sizes its arrays, and reading it back per
+    batch (``int(x)``) would stall the host until the device caught up; here the chunk's counts
+    at every cut come back in one copy (a chunk is up to millions of rows, a batch thousands).
     """
 
     lo: int
