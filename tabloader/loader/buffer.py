@@ -207,12 +207,14 @@ def _arrow_list_to_numpy(array: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def concat_lists(parts: Sequence[tuple[Any, Any]], dtype: str | None, xp: Any = np) -> tuple[Any, Any]:
-    """One (values, offsets) of list rows given as (values, offsets from 0) parts, all in ``xp``."""
+    """One (values, offsets) of list rows given as (values, offsets from 0 to ``len(values)``)
+    parts, all in ``xp``. Each part's offsets are shifted by the lengths of the values before
+    it, which are shapes (host ints): nothing is read back from a GPU."""
     if not parts:
         return xp.empty(0, dtype or np.int64), xp.zeros(1, np.int64)
     values = xp.concatenate([v for v, _ in parts])
     if dtype is not None:
         values = values.astype(dtype, copy=False)
-    shifts = np.cumsum([0] + [int(o[-1]) for _, o in parts[:-1]])
+    shifts = np.cumsum([0] + [len(v) for v, _ in parts[:-1]])
     offsets = xp.concatenate([parts[0][1][:1]] + [o[1:] + int(s) for (_, o), s in zip(parts, shifts)])
     return values, offsets.astype(np.int64, copy=False)
