@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tabloader import backend
+from tabloader import backend, columnar
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.plan import ChunkSpec, Segment
 
@@ -181,11 +181,17 @@ def _pack_rows(buf: Any, row: int, columns: Sequence[Any]) -> None:
             dst[:, j] = col[s:e]
 
 
-def _list_rows(table: Any, seg: Segment, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets from 0) on the host of the rows of ``seg`` of a decoded partition's list column."""
+def _list_rows(table: Any, seg: Segment, name: str) -> tuple[Any, Any]:
+    """(values, offsets from 0) of the rows of ``seg`` of a decoded partition's list column:
+    numpy arrays for a table decoded on the host, CuPy arrays for a cuDF frame (its elements and
+    offsets stay on the device, not sent through arrow on the host and back)."""
     if _is_arrow(table):
         return _arrow_list_to_numpy(table.column(name).slice(seg.start, seg.num_rows))
-    return _arrow_list_to_numpy(backend.list_column_to_arrow(table[name].iloc[seg.start:seg.stop]))
+    column = table[name].iloc[seg.start:seg.stop]
+    if backend.is_gpu_object(column):
+        layout = columnar.list_layout(column)  # the loader refused null lists and elements when reading
+        return backend.column_values(layout.values), layout.offsets
+    return _arrow_list_to_numpy(backend.list_column_to_arrow(column))
 
 
 def _slice_lists(values: Any, offsets: Any, start: int, stop: int) -> tuple[Any, Any]:
