@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from tabloader.dataset import nvtabular
 from tabloader.dataset.source import SchemaMismatchError
+from tabloader.dataset.table_formats import check_not_a_table
 from tabloader.filesystems import filesystem, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
 
@@ -92,12 +93,15 @@ def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str]:
     """The data files ``path`` names (a glob, a directory or a file), the folder they were
     found under (hive keys are below it) and the folder of the data (its saved schema)."""
     if any(ch in path for ch in "*?["):
-        matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p))
+        base = re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0]
+        matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p) and not _in_hidden_dir(p, base))
         if not matched:
             raise FileNotFoundError(f"no files match {item!r}")
-        return matched, re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0], matched[0].rsplit("/", 1)[0]
+        return matched, base, matched[0].rsplit("/", 1)[0]
     if fs.isdir(path):
-        found = sorted(p for p in fs.find(path) if _is_data_file(p) and not _in_hidden_dir(p, path))
+        listed = fs.find(path)
+        check_not_a_table(fs, path, item, listed)
+        found = sorted(p for p in listed if _is_data_file(p) and not _in_hidden_dir(p, path))
         if not found:
             raise FileNotFoundError(f"directory {item!r} has no data files")
         return found, path.rstrip("/"), path
