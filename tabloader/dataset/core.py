@@ -60,7 +60,8 @@ class Dataset:
     leading zeros (``zip=01234`` stays a string), else strings (``partition_types`` overrides
     that; a key the files also store keeps their column's type); files may order their columns differently (the first file's order is used); dictionary-encoded
     columns are read as their values. Struct, map and list-of-list columns are refused here,
-    naming the column: leave them out with ``columns=``.
+    naming the column: leave them out with ``columns=``. A Delta Lake table's folder is read as
+    its current version (the files its log lists); Iceberg and Hudi table folders are refused.
 
     The rows come from a :attr:`source` (:class:`~tabloader.dataset.ParquetSource`,
     :class:`~tabloader.dataset.CsvSource`, :class:`~tabloader.dataset.FrameSource` or

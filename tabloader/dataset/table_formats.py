@@ -4,9 +4,10 @@ Apache Iceberg, Apache Hudi -- and so must not be read as a folder of parquet fi
 Such a table's folders also hold the files that later versions replaced: an overwrite, a
 delete, an update or a compaction writes new files and only marks the old ones removed in the
 table's log, until a vacuum deletes them. Read as plain parquet, the folder returns rows the
-table no longer holds, silently. tabloader does not read those logs: a folder that is such a
-table, or lies inside one (a partition folder, Iceberg's ``data/``), is refused with what to do
-instead. A glob reads exactly the files it matches: the user's explicit choice.
+table no longer holds, silently. A Delta table's own folder is read by its log (see
+:mod:`tabloader.dataset.delta`); a folder that is an Iceberg or Hudi table, or lies inside any
+of the three (a partition folder, Iceberg's ``data/``), is refused with what to do instead. A
+glob reads exactly the files it matches: the user's explicit choice.
 
 Example:
     >>> import fsspec, os, tempfile
@@ -47,17 +48,21 @@ def check_not_a_table(fs: Any, folder: str, item: str, listed: Sequence[str]) ->
     while found is None and _inside_a_table_folder(root):
         root = posixpath.dirname(root)
         found = table_format_at(fs, root)
-    if found is not None:
-        name, marker = found
-        how = next(h for n, _, h in _FORMATS if n == name)
-        article = "an" if name.startswith("A") else "a"
-        place = f"is {article} {name} table" if root == folder.rstrip("/") else f"is inside {article} {name} table, {root}"
-        raise TableFormatError(
-            f"{item!r} {place} (it has {marker}/): its folders also hold files that later versions of the table "
-            f"replaced (overwrites, deletes, compactions), so reading them all would return rows the table does "
-            f"not hold. tabloader does not read {name}'s list of current files: write the version you want to plain parquet "
-            f"({how}) and read that; or, if you know every file there is current (appends only, never "
-            f"rewritten), name them with a glob: Dataset('{root}/**/*.parquet')")
+    if found is None:
+        return
+    name, marker = found
+    article = "an" if name.startswith("A") else "a"
+    place = f"is {article} {name} table" if root == folder.rstrip("/") else f"is inside {article} {name} table, {root}"
+    why = (f"{item!r} {place} (it has {marker}/): its folders also hold files that later versions of the table "
+           "replaced (overwrites, deletes, compactions), so reading them all would return rows the table does not hold")
+    if name == "Delta Lake":
+        raise TableFormatError(f"{why}. Read the table's folder, {root}: tabloader reads its current version from "
+                               "its log, with the partition keys as columns to filter on")
+    how = next(h for n, _, h in _FORMATS if n == name)
+    raise TableFormatError(
+        f"{why}. tabloader does not read {name}'s list of current files: write the version you want to plain "
+        f"parquet ({how}) and read that; or, if you know every file there is current (appends only, never "
+        f"rewritten), name them with a glob: Dataset('{root}/**/*.parquet')")
 
 
 def table_format_at(fs: Any, folder: str) -> tuple[str, str] | None:
