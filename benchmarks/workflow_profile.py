@@ -19,12 +19,13 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.dirname(_HERE)]  # workflow.py, _common, and tabloader from this checkout
 
-from _common import DEFAULT_RAW_CRITEO, print_table, raw_criteo  # noqa: E402
+from _common import DEFAULT_RAW_CRITEO, print_table, raw_criteo
 
 
 class StageClock:
@@ -75,12 +76,12 @@ def profile(data: str, out: str, freq_threshold: int) -> tuple[dict[str, float],
     """CPU seconds per stage of fitting and of transforming + writing (one thread each)."""
     import dask
     import pyarrow.parquet as pq
+    from workflow import LABEL, column_roles  # benchmarks/workflow.py
 
     import tabloader as tl
-    from tabloader import ops, workflow
+    from tabloader import ops
     from tabloader.dataset import parquet, writing
-
-    from workflow import LABEL, column_roles
+    from tabloader.workflow import _MergeStats
 
     clock = StageClock()
     clock.wrap(parquet.ParquetSource, "read_frame", "parquet read")
@@ -89,7 +90,7 @@ def profile(data: str, out: str, freq_threshold: int) -> tuple[dict[str, float],
         if hasattr(op, "fit_partial"):
             clock.wrap(op, "fit_partial", lambda self: f"{type(self).__name__}.fit_partial")
             clock.wrap(op, "finalize", lambda self: f"{type(self).__name__}.finalize")
-    clock.wrap(workflow._MergeStats, "__call__", "merge partial statistics")
+    clock.wrap(_MergeStats, "__call__", "merge partial statistics")
     clock.wrap(writing, "arrow_table", "frame -> arrow table")
     clock.wrap(pq.ParquetWriter, "write_table", "parquet write")
 
