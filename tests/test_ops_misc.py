@@ -7,6 +7,7 @@ Functions used by saved workflows are defined at module level here, so they are 
 
 from __future__ import annotations
 
+import datetime
 import sys
 import warnings
 
@@ -195,6 +196,22 @@ def test_reduce_dtype_size_empty_partitions_and_empty_data(frame):
 
 
 # --- Filter, Dropna ---------------------------------------------------------------------------
+def from_january_2(df):
+    return df["dt"] >= datetime.date(2024, 1, 2)
+
+
+def test_filter_takes_the_mask_of_an_arrow_backed_column(tmp_path):
+    """Comparing a date column as parquet gives it (arrow-backed) yields a bool[pyarrow] mask,
+    null where the date is: a null keeps nothing."""
+    import pyarrow.parquet as pq
+
+    days = [datetime.date(2024, 1, 1), None, datetime.date(2024, 1, 2), datetime.date(2024, 1, 3)]
+    pq.write_table(pa.table({"dt": pa.array(days, pa.date32()), "row": range(4)}), tmp_path / "a.parquet")
+    out = Workflow((["dt", "row"] >> Filter(from_january_2)), progress=False).fit_transform(
+        Dataset(str(tmp_path / "a.parquet"))).compute()
+    assert out["row"].tolist() == [i for i, d in enumerate(days) if d is not None and d >= datetime.date(2024, 1, 2)]
+
+
 def test_filter_drops_rows_in_every_branch_and_round_trips(frame, tmp_path):
     graph = (["a", "b"] >> Filter(keep_positive_a)) + ["user"]
     wf = Workflow(graph, progress=False).fit(one_part(frame))

@@ -247,6 +247,103 @@ def test_hive_keys_beyond_int32_are_int64_not_strings(tmp_path):
     check_dtypes_agree(ds)
 
 
+# dates, timestamps and floats as pyarrow, polars and DuckDB write them into folder names
+DAYS = [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2), None]
+TIMES = [datetime.datetime(2024, 1, 1, 10), datetime.datetime(2024, 1, 1, 11, 30, 0, 500_000), None]
+SCORES = [1.5, 2.0, None]
+
+
+def write_typed_hive(writer: str, root, table: pa.Table, keys: list[str]) -> None:
+    if writer == "pyarrow":  # d=2024-01-01, ts=2024-01-01 10%3A00%3A00.000000, x=2
+        pds.write_dataset(table, root, format="parquet", partitioning=keys, partitioning_flavor="hive")
+    elif writer == "polars":  # ts=2024-01-01%2010%3A00%3A00.000000, x=2.0
+        pl.from_arrow(table).write_parquet(pl.PartitionBy(str(root), key=keys, include_key=False), mkdir=True)
+    else:  # duckdb: ts=2024-01-01 10%3A00%3A00, ts=2024-01-01 11%3A30%3A00.5
+        con = duckdb.connect()
+        con.register("rows", table)
+        con.sql(f"COPY rows TO '{root}' (FORMAT PARQUET, PARTITION_BY ({', '.join(keys)}))")
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "polars", "duckdb"])
+def test_date_timestamp_and_float_keys_as_other_tools_write_them(tmp_path, writer):
+    """Spark and polars read such keys back as a date, a timestamp and a float (DuckDB the date
+    only, the others as strings): so does tabloader, with the dtypes of such columns in a file."""
+    n = 9
+    table = pa.table({"row": pa.array(range(n), pa.int64()),
+                      "d": pa.array([DAYS[i % 3] for i in range(n)], pa.date32()),
+                      "ts": pa.array([TIMES[i // 3] for i in range(n)], pa.timestamp("us")),
+                      "x": pa.array([SCORES[(i + 1) % 3] for i in range(n)], pa.float64())})
+    write_typed_hive(writer, tmp_path / "hive", table, ["d", "ts", "x"])
+    ds = Dataset(str(tmp_path / "hive"), part_size=1)
+    assert [(c.name, c.dtype) for c in ds.schema] == [("row", "int64"), ("d", "date32[day]"),
+                                                      ("ts", "datetime64[us]"), ("x", "float64")]
+    expected = pd.DataFrame({"row": np.arange(n),
+                             "d": pd.Series(pd.arrays.ArrowExtensionArray(table.column("d").combine_chunks())),
+                             "ts": pd.Series([TIMES[i // 3] for i in range(n)], dtype="datetime64[us]"),
+                             "x": [np.nan if SCORES[(i + 1) % 3] is None else SCORES[(i + 1) % 3] for i in range(n)]})
+    check_dtypes_agree(ds)
+    pd.testing.assert_frame_equal(ds.compute().sort_values("row", ignore_index=True), expected)
+    # the same dtypes as the same columns read from a file
+    pq.write_table(table, tmp_path / "flat.parquet")
+    pd.testing.assert_series_equal(ds.meta().dtypes, Dataset(str(tmp_path / "flat.parquet")).meta().dtypes)
+    assert list(ds.read_partition(0, columns=["d", "row"]).columns) == ["d", "row"]
+    # written back (as columns), they read back alike
+    ds.to_parquet(str(tmp_path / "out"), progress=False)
+    back = Dataset(str(tmp_path / "out"))
+    pd.testing.assert_frame_equal(back.compute().sort_values("row", ignore_index=True), expected)
+
+
+def write_folders(root, folders: list[str]) -> None:
+    """One tiny file in each folder (``k=v/j=w``), its ``row`` the folder's position."""
+    for i, folder in enumerate(folders):
+        (root / folder).mkdir(parents=True)
+        pq.write_table(pa.table({"row": [i]}), root / folder / "part-0.parquet")
+
+
+def test_hive_keys_typed_only_when_every_value_parses_strictly(tmp_path):
+    # zip codes and months keep their leading zero (Spark and polars read them as integers,
+    # losing it; DuckDB keeps the string); dates only as YYYY-MM-DD, real ones; dates and
+    # timestamps together are timestamps, integers and fractions together floats
+    write_folders(tmp_path / "t", [
+        "zip=01234/month=07/d=2024-1-5/bad=2024-02-30/mix=2024-01-01/num=1/sci=1e3/neg=-2",
+        "zip=10115/month=12/d=2024-01-05/bad=2024-02-28/mix=2024-01-01 10%3A00%3A00/num=0.25/sci=5/neg=-0.5",
+    ])
+    ds = Dataset(str(tmp_path / "t"))
+    assert {c.name: c.dtype for c in ds.schema} == {
+        "row": "int64", "zip": "string", "month": "string", "d": "string", "bad": "string",
+        "mix": "datetime64[us]", "num": "float64", "sci": "float64", "neg": "float64"}
+    got = ds.compute().sort_values("row", ignore_index=True)
+    assert got["zip"].tolist() == ["01234", "10115"] and got["month"].tolist() == ["07", "12"]
+    assert got["mix"].tolist() == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-01-01 10:00")]
+    assert got["num"].tolist() == [1.0, 0.25] and got["sci"].tolist() == [1000.0, 5.0]
+
+
+def test_partition_types_override_inference(tmp_path):
+    write_folders(tmp_path / "t", ["zip=01234/dt=2024-01-01/n=3", "zip=10115/dt=2024-01-02/n=4"])
+    ds = Dataset(str(tmp_path / "t"), partition_types={"zip": "int32", "n": pa.float64()})
+    assert {c.name: c.dtype for c in ds.schema} == {"row": "int64", "zip": "int32", "dt": "date32[day]",
+                                                    "n": "float64"}
+    got = ds.compute().sort_values("row", ignore_index=True)
+    assert got["zip"].tolist() == [1234, 10115] and got["n"].tolist() == [3.0, 4.0]
+    # one type for every key: no inference at all
+    strings = Dataset(str(tmp_path / "t"), partition_types="string").compute().sort_values("row", ignore_index=True)
+    assert strings["dt"].tolist() == ["2024-01-01", "2024-01-02"] and strings["n"].tolist() == ["3", "4"]
+    check_dtypes_agree(Dataset(str(tmp_path / "t"), partition_types={"dt": "timestamp[us]"}))
+
+
+def test_partition_types_errors_name_the_key_and_value(tmp_path):
+    write_folders(tmp_path / "t", ["zip=01234/dt=2024-01-01", "zip=1011A/dt=2024-01-02"])
+    with pytest.raises(ValueError, match=r"partition_types names \['day'\].*keys .* are \['zip', 'dt'\]"):
+        Dataset(str(tmp_path / "t"), partition_types={"day": "date32"})
+    with pytest.raises(ValueError, match=r"partition_types\['dt'\] = 'date'.*expected one of .*'date32'"):
+        Dataset(str(tmp_path / "t"), partition_types={"dt": "date"})
+    with pytest.raises(ValueError, match=r"zip=1011A/dt=2024-01-02/part-0\.parquet: partition key 'zip' has the "
+                                         r"value '1011A' \(folder 'zip=1011A'\), which does not parse as int32"):
+        Dataset(str(tmp_path / "t"), partition_types={"zip": "int32"})
+    with pytest.raises(ValueError, match=r"partition_types=.*parquet files; this source is"):
+        Dataset(pd.DataFrame({"a": [1]}), partition_types="string")
+
+
 def test_hive_keys_must_be_in_every_file(tmp_path):
     (tmp_path / "d" / "k=1").mkdir(parents=True)
     pq.write_table(pa.table({"v": [1]}), tmp_path / "d" / "k=1" / "a.parquet")
@@ -254,9 +351,39 @@ def test_hive_keys_must_be_in_every_file(tmp_path):
     with pytest.raises(SchemaMismatchError, match=r"a\.parquet does not match .*b\.parquet: extra columns \['k'\]"):
         Dataset(str(tmp_path / "d"))
 
+    # a file storing the key as a column, outside any k= folder, has no value for the key
     pq.write_table(pa.table({"v": [2], "k": [3]}), tmp_path / "d" / "b.parquet")
-    with pytest.raises(SchemaMismatchError, match=r"b\.parquet.*\['k'\].*partition"):
+    with pytest.raises(SchemaMismatchError, match=r"a\.parquet does not match .*b\.parquet: extra columns \['k'\]"):
         Dataset(str(tmp_path / "d"))
+
+
+def test_keys_the_files_also_store_as_polars_writes_them(tmp_path):
+    """polars' partitioned write (and DuckDB's with WRITE_PARTITION_COLUMNS) also stores each key
+    in the files: the key keeps the files' type and place among their columns, and its value is
+    the folder's, as Spark, polars and DuckDB read it."""
+    n = 8
+    frame = pl.DataFrame({"dt": [DAYS[i % 2] for i in range(n)], "row": range(n), "m": [7 + i % 4 for i in range(n)]})
+    frame.write_parquet(tmp_path / "pl", partition_by=["dt", "m"])
+    stored = pq.read_schema(next((tmp_path / "pl").rglob("*.parquet")))
+    assert stored.names == ["dt", "row", "m"]  # what this test is about: the keys are in the files too
+    ds = Dataset(str(tmp_path / "pl"), part_size=1)
+    assert [(c.name, c.dtype) for c in ds.schema] == [("dt", "date32[day]"), ("row", "int64"), ("m", "int64")]
+    expected = frame.to_pandas(use_pyarrow_extension_array=False)
+    expected["dt"] = pd.Series(pd.arrays.ArrowExtensionArray(frame["dt"].to_arrow()))
+    pd.testing.assert_frame_equal(ds.compute().sort_values("row", ignore_index=True), expected)
+    check_dtypes_agree(ds)
+
+    # the folder's value wins over a file's own (as in polars and DuckDB), typed as the file's column
+    (tmp_path / "odd" / "m=8").mkdir(parents=True)
+    pq.write_table(pa.table({"row": [1, 2], "m": pa.array([7, 7], pa.int16())}), tmp_path / "odd" / "m=8" / "a.parquet")
+    pd.testing.assert_frame_equal(Dataset(str(tmp_path / "odd")).compute(),
+                                  pd.DataFrame({"row": [1, 2], "m": np.array([8, 8], np.int16)}))
+    # a folder value the file's type cannot hold is refused, naming the file, the key and the value
+    (tmp_path / "odd" / "m=x").mkdir()
+    pq.write_table(pa.table({"row": [3], "m": pa.array([7], pa.int16())}), tmp_path / "odd" / "m=x" / "b.parquet")
+    with pytest.raises(ValueError, match=r"m=x/b\.parquet: partition key 'm' has the value 'x'.*does not parse as "
+                                         r"int16, the type the files store it as"):
+        Dataset(str(tmp_path / "odd"))
 
 
 def test_key_value_folders_above_the_dataset_are_not_keys(tmp_path):

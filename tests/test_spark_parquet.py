@@ -154,16 +154,125 @@ def test_spark_arrays_reach_the_loader_as_values_and_offsets(name):
 # --- hive folders ---------------------------------------------------------------------------
 def test_partition_folders_with_escaped_and_null_keys():
     """Spark escapes ``/ = % :`` in key values and writes a null key as
-    ``__HIVE_DEFAULT_PARTITION__``; a date key is typed as a string (as pyarrow types it)."""
+    ``__HIVE_DEFAULT_PARTITION__``; a date key is a date, as Spark reads it back (it used to be
+    a string, as pyarrow types it)."""
     rows = spark_rows("partitioned")
     ds = tl.Dataset(spark_path("partitioned"), part_size=1)
     assert ds.npartitions == 10
     expected = pd.DataFrame({"id": np.array(values(rows, "id"), np.int64),
                              "v": np.array([float(v) for v in values(rows, "v")]),
                              "country": pd.Series(values(rows, "country"), dtype="str"),
-                             "date": pd.Series(values(rows, "date"), dtype="str")})
+                             "date": arrow_column(rows, "date", pa.date32(), datetime.date.fromisoformat)})
     pd.testing.assert_frame_equal(read_sorted(ds), expected)
     assert {"a b/c=d", "100%", "x:y"} <= set(expected["country"].dropna())
+
+
+# Spark's names of the types it infers for hive keys -> the Schema's dtype names
+SPARK_DTYPES = {"bigint": "int64", "int": "int32", "double": "float64", "date": "date32[day]",
+                "timestamp": "datetime64[us]", "string": "string"}
+
+
+def hive_typed_expected(rows: list[dict]) -> pd.DataFrame:
+    """The rows as Spark read them back, but for ``zip``: Spark reads ``zip=01234`` as the
+    integer 1234; tabloader keeps the folder's string (every zip code has 5 digits)."""
+    return pd.DataFrame({"id": np.array(values(rows, "id"), np.int64),
+                         "x": np.array(values(rows, "x"), np.float64),
+                         "dt": arrow_column(rows, "dt", pa.date32(), datetime.date.fromisoformat),
+                         "at": timestamps(rows, "at"),
+                         "score": np.array([np.nan if v is None else float(v) for v in values(rows, "score")]),
+                         "zip": pd.Series([f"{v:05d}" for v in values(rows, "zip")], dtype="str")})
+
+
+def test_hive_keys_are_typed_as_spark_reads_them_back():
+    """Date, timestamp (``:`` escaped, a fraction of a second) and double keys, nulls among
+    them, have the types Spark infers from the folder names and Spark's values."""
+    rows = spark_rows("hive_typed")
+    with open(os.path.join(SPARK, "hive_typed.schema.json")) as f:
+        spark_types = json.load(f)
+    assert spark_types["zip"] == "int"  # Spark drops the leading zero of zip=01234; tabloader keeps the string
+    ds = tl.Dataset(spark_path("hive_typed"), part_size=1)
+    assert ds.npartitions == 8
+    assert {c.name: c.dtype for c in ds.schema} == {**{k: SPARK_DTYPES[t] for k, t in spark_types.items()},
+                                                    "zip": "string"}
+    expected = hive_typed_expected(rows)
+    assert expected["dt"].isna().any() and expected["at"].isna().any() and expected["score"].isna().any()
+    pd.testing.assert_frame_equal(read_sorted(ds), expected)
+    pd.testing.assert_frame_equal(ds.to_ddf().compute().sort_values("id", ignore_index=True), expected)
+    tables = [ds.read_partition_arrow(i, ["dt", "at"]) for i in range(ds.npartitions)]
+    assert {(t.schema.field("dt").type, t.schema.field("at").type) for t in tables} == {(pa.date32(),
+                                                                                         pa.timestamp("us"))}
+
+    # asked to, the zip code is an integer, as Spark reads it
+    as_spark = tl.Dataset(spark_path("hive_typed"), partition_types={"zip": "int32"})
+    np.testing.assert_array_equal(read_sorted(as_spark)["zip"].to_numpy(), np.array(values(rows, "zip"), np.int32))
+
+
+def test_date_and_timestamp_keys_have_the_dtypes_of_such_columns_in_a_file(device):
+    """A key and a file's column of the same arrow type are one dtype: pandas' (or cuDF's) for
+    a date32 / timestamp[us] column, whichever the source, so frames of both concatenate; on
+    the GPU every partition (keys repeated on the device) has them too."""
+    keys = tl.Dataset(spark_path("hive_typed"), part_size=1, device=device)
+    columns = tl.Dataset(spark_path("types"), device=device).meta().dtypes  # day: DATE, ts_ntz: TIMESTAMP_NTZ
+    meta = keys.meta().dtypes
+    assert (meta["dt"], meta["at"]) == (columns["day"], columns["ts_ntz"])
+    for i in range(keys.npartitions):
+        assert keys.read_partition(i).dtypes.equals(meta), f"dtypes of partition {i}"
+
+
+@pytest.mark.parametrize("name, column", [("types", "day"), ("hive_typed", "dt")])
+def test_the_loader_refuses_a_date_key_as_it_refuses_a_date_column(name, column):
+    with pytest.raises(TypeError, match=rf"column '{column}' has dtype 'date32\[day\]'.*numbers first.*LambdaOp"):
+        next(iter(Loader(tl.Dataset(spark_path(name)), batch_size=4, continuous=[column])))
+
+
+def weekday_or_7(col):
+    return col.dt.weekday.fillna(7)
+
+
+def test_the_loaders_advice_for_dates_works():
+    """What the loader's refusal suggests for a date key and a timestamp key (a LambdaOp with
+    ``col.dt.weekday``) gives Spark's dates' weekdays, batch by batch."""
+    rows = sorted(spark_rows("hive_typed"), key=lambda r: r["id"])
+    out = tl.Workflow((["dt", "at"] >> ops.LambdaOp(weekday_or_7, dtype="int64")) + ["id"],
+                      progress=False).fit_transform(tl.Dataset(spark_path("hive_typed")))
+    got = pd.concat([pd.DataFrame(features) for features, _ in
+                     Loader(out, batch_size=3, continuous=["id", "dt", "at"], shuffle=False)])
+    got = got.sort_values("id", ignore_index=True)
+    day = lambda text: 7 if text is None else datetime.date.fromisoformat(text[:10]).weekday()  # noqa: E731
+    assert got["dt"].tolist() == [day(r["dt"]) for r in rows]
+    assert got["at"].tolist() == [day(r["at"]) for r in rows]
+
+
+def test_a_workflow_and_the_loader_over_typed_keys(tmp_path):
+    """Keys as features (a double filled and normalized, a zip code encoded), dates filtered
+    on and passed through to the written files, which read back with the same dtypes."""
+    rows = spark_rows("hive_typed")
+    expected = hive_typed_expected(rows)
+    kept = [day != "2024-01-02" for day in values(rows, "dt")]  # null days kept
+    expected = expected[kept].reset_index(drop=True)
+    filled = expected["score"].fillna(0.0).to_numpy()
+    wf = tl.Workflow((["score"] >> ops.FillMissing(0.0) >> ops.Normalize()) + (["zip"] >> ops.Categorify())
+                     + ["id", "dt", "at"], progress=False)
+    dataset = tl.Workflow(["id", "x", "dt", "at", "score", "zip"] >> ops.Filter(not_the_second_day),
+                          progress=False).fit_transform(tl.Dataset(spark_path("hive_typed"), part_size=1))
+    out = wf.fit_transform(dataset)
+    out.to_parquet(str(tmp_path / "out"), progress=False)
+    back = tl.Dataset(str(tmp_path / "out"))
+    got = read_sorted(back)
+    pd.testing.assert_series_equal(got["dt"], expected["dt"])
+    pd.testing.assert_series_equal(got["at"], expected["at"])
+    np.testing.assert_allclose(got["score"], (filled - filled.mean()) / filled.std(), rtol=1e-6)
+    zips = sorted(set(expected["zip"]), key=lambda z: (-(expected["zip"] == z).sum(), z))
+    np.testing.assert_array_equal(got["zip"], [3 + zips.index(z) for z in expected["zip"]])
+
+    loader = Loader(back, batch_size=3, seed=0, categorical=["zip", "id"], continuous=["score"])
+    ids = np.concatenate([np.asarray(features["id"]) for features, _ in loader])
+    assert sorted(ids.tolist()) == expected["id"].tolist()
+
+
+def not_the_second_day(frame):
+    # a comparison of an arrow-backed date column is an arrow boolean, which Filter does not take
+    return (frame["dt"] != datetime.date(2024, 1, 2)).fillna(True).to_numpy(dtype=bool)
 
 
 # --- a Criteo-like dataset, partitioned by day, through a workflow and the loader --------------

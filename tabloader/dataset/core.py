@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 from tabloader import backend
@@ -45,13 +45,20 @@ class Dataset:
             inferred from the dtypes.
         device: ``"cpu"`` (pandas), ``"cuda"`` (cuDF) or None for cuDF when it is usable.
         columns: read only these columns, in this order (by default every column).
+        partition_types: the types of hive partition keys (parquet ``key=value`` folders),
+            instead of those inferred from their values: a dict (key name -> ``"string"``,
+            ``"int32"``, ``"int64"``, ``"float64"``, ``"date32"``, ``"timestamp[us]"`` or that
+            pyarrow type), or one of these types for every key (``"string"``: no inference).
         **read_kwargs: passed to the CSV reader (``sep``, ``names``, ...).
 
     Parquet files are read as their writer (pyarrow, Spark, DuckDB, polars, pandas) left
     them: integer and boolean columns that may hold nulls (the files' statistics say so, or
     say nothing) are pandas nullable dtypes (``Int64``, ``boolean``...) in every partition,
-    the others numpy; ``key=value`` folders (hive partitioning) become columns; files may
-    order their columns differently (the first file's order is used); dictionary-encoded
+    the others numpy; ``key=value`` folders (hive partitioning) become columns, typed as
+    Spark, DuckDB and polars type them: integers, floats, dates (``dt=2024-01-31``) and
+    timestamps (``2024-01-31 10:00:00``) when every value of the key parses as one, without
+    leading zeros (``zip=01234`` stays a string), else strings (``partition_types`` overrides
+    that; a key the files also store keeps their column's type); files may order their columns differently (the first file's order is used); dictionary-encoded
     columns are read as their values. Struct, map and list-of-list columns are refused here,
     naming the column: leave them out with ``columns=``.
 
@@ -65,17 +72,29 @@ class Dataset:
         >>> ds = tl.Dataset(pd.DataFrame({"x": range(10)}), part_size=16)
         >>> ds.npartitions, [len(p) for p in ds.to_iter()][:2]
         (5, [2, 2])
+
+        Daily folders: ``dt`` is a date, ``zip`` kept a string, as ``partition_types`` asks:
+
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> root = tempfile.mkdtemp()
+        >>> for dt, zip_code in [("2024-01-01", "10115"), ("2024-01-02", "01234")]:
+        ...     os.makedirs(os.path.join(root, f"dt={dt}", f"zip={zip_code}"))
+        ...     pq.write_table(pa.table({"x": [1.5]}), os.path.join(root, f"dt={dt}", f"zip={zip_code}", "p.parquet"))
+        >>> ds = tl.Dataset(root, partition_types={"zip": "string"})
+        >>> ds.schema["dt"].dtype, ds.schema["zip"].dtype, ds.head()["zip"].tolist()
+        ('date32[day]', 'string', ['10115', '01234'])
     """
 
     def __init__(self, source: Any, engine: str | None = None, part_size: int | str = "128MB",
                  schema: Schema | str | None = None, device: str | None = None,
-                 columns: Sequence[str] | None = None, **read_kwargs: Any) -> None:
+                 columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None,
+                 **read_kwargs: Any) -> None:
         self.part_size = parse_size(part_size, "part_size")
         self.device = backend.resolve_frame_device(device)
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
         self._source = _open_source(source, engine, self.part_size, self.device,
-                                    [columns] if isinstance(columns, str) else columns, read_kwargs)
+                                    [columns] if isinstance(columns, str) else columns, partition_types, read_kwargs)
         self.engine = self._source.engine or engine
         self._transforms: tuple[PartitionTransform, ...] = ()
         sizes = self._source.partition_sizes()
@@ -297,16 +316,21 @@ class _PartitionReader:
 
 
 def _open_source(source: Any, engine: str | None, part_size: int, device: str, columns: Sequence[str] | None,
-                 read_kwargs: dict) -> Source:
+                 partition_types: Mapping[str, Any] | str | None, read_kwargs: dict) -> Source:
     """The :class:`Source` for what the user gave: the one place the kinds of data are told apart."""
     if _is_dask_frame(source):
-        return DaskSource(select(source, columns, "the Dask DataFrame"), device)
-    if backend.is_frame(source):
-        return FrameSource(select(source, columns, "the DataFrame"), part_size, device)
-    files = FileSet.find(source)
-    if (engine or files.infer_engine()) == "csv":
-        return CsvSource(files, part_size, device, columns, read_kwargs)
-    return ParquetSource(files, part_size, device, columns)
+        opened: Source = DaskSource(select(source, columns, "the Dask DataFrame"), device)
+    elif backend.is_frame(source):
+        opened = FrameSource(select(source, columns, "the DataFrame"), part_size, device)
+    else:
+        files = FileSet.find(source)
+        if (engine or files.infer_engine()) != "csv":
+            return ParquetSource(files, part_size, device, columns, partition_types)
+        opened = CsvSource(files, part_size, device, columns, read_kwargs)
+    if partition_types is not None:
+        raise ValueError(f"partition_types={partition_types!r} types the key=value folders of parquet files; "
+                         f"this source is {opened.summary}")
+    return opened
 
 
 def _is_dask_frame(obj: Any) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -57,22 +57,26 @@ class ParquetSource(Source):
         part_size: target decoded bytes of a partition (whole row groups, across files).
         device: ``"cpu"`` (pandas frames) or ``"cuda"`` (cuDF frames) for :meth:`read_frame`.
         columns: read only these columns, in this order (by default every column).
+        partition_types: the types of some hive keys (name -> type), or of all (one type), instead
+            of those inferred from their values: see :func:`~tabloader.dataset.parquet_layout.hive_keys`.
     """
 
     engine = "parquet"
 
     def __init__(self, files: FileSet, part_size: int, device: str = "cpu",
-                 columns: Sequence[str] | None = None) -> None:
+                 columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None) -> None:
         import pyarrow as pa
 
         super().__init__(device)
         self.files = files
         footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
-        key_types, keys = hive_keys(files.paths, files.bases)
-        fields = [file_fields(f.arrow_schema, path, key_types) for f, path in zip(footers, files.paths)]
+        stored = [file_fields(f.arrow_schema) for f in footers]
+        key_types, keys = hive_keys(files.paths, files.bases, partition_types, stored)
+        fields = [file_fields(f.arrow_schema, key_types) for f in footers]
         check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}
                                         for found, pairs in zip(fields, keys)], columns)
-        names = checked_columns([*fields[0], *key_types], columns, files.paths[0])
+        # A key the files also store keeps its place among their columns (as polars and DuckDB show it).
+        names = checked_columns([*stored[0], *(k for k in key_types if k not in stored[0])], columns, files.paths[0])
         self._arrow_schema = pa.schema([pa.field(n, fields[0][n] if n in fields[0] else key_types[n]) for n in names])
         self.partition_keys = tuple(n for n in names if n in key_types)
         metadata = [f.metadata for f in footers]

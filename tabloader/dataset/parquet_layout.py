@@ -13,12 +13,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+import re
+from typing import Any, Mapping, NamedTuple, Sequence
+from urllib.parse import unquote
 
 import numpy as np
 
 from tabloader import backend
-from tabloader.dataset.source import SchemaMismatchError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Spark, Hive and pyarrow write a null partition key
 
@@ -46,42 +47,142 @@ def read_footer(path: str, fs: Any) -> Footer:
 
 
 # Hive partition keys.
-def hive_keys(paths: Sequence[str], bases: Sequence[str]) -> tuple[dict[str, Any], list[tuple]]:
+# The types a key's folder values are tried as, in order: the first that every value of the key
+# parses as wins (Spark's order: integers, then fractions, then dates and timestamps; a key with
+# dates and timestamps is a timestamp, as Spark widens them), else string. Beyond arrow's own
+# cast (which checks the values: no 2024-02-30), a value must look like the type, strictly:
+# integers and fractions without leading zeros (zip=01234, month=07 stay strings: reading them
+# as numbers would lose the zero; DuckDB does the same), dates as YYYY-MM-DD and timestamps as
+# YYYY-MM-DD HH:MM:SS[.ffffff], as Spark, pyarrow, polars and DuckDB write them (naive: the
+# folder holds a wall-clock time, no time zone).
+_NUMBER = r"-?(0|[1-9][0-9]*)"
+_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_INFERRED = [("int32", _NUMBER), ("int64", _NUMBER), ("float64", _NUMBER + r"(\.[0-9]*)?([eE][-+]?[0-9]+)?"),
+             ("date32", _DATE), ("timestamp[us]", _DATE + r"( [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?)?")]
+
+
+def key_types() -> dict[str, Any]:
+    """The types a partition key can be given (``Dataset(partition_types=...)``), by name:
+    pyarrow's names, and the names :class:`~tabloader.schema.Schema` shows.
+
+    Example:
+        >>> sorted(key_types())
+        ['date32', 'date32[day]', 'datetime64[us]', 'double', 'float64', 'int32', 'int64', 'string', 'timestamp[us]']
+    """
+    import pyarrow as pa
+
+    types = [pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.date32(), pa.timestamp("us")]
+    return {"date32": pa.date32(), "float64": pa.float64(), "datetime64[us]": pa.timestamp("us"),
+            **{str(t): t for t in types}}
+
+
+def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mapping[str, Any] | str | None = None,
+              stored: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], list[tuple]]:
     """The hive partition keys of each file: the ``name=value`` folders between the folder it
     was found under and the file.
 
-    A key's values are typed as pyarrow's hive partitioning types them -- int32 when every value
-    parses as one (arrow's own cast decides), else string -- except that integers beyond int32
-    (user ids, epoch seconds) are int64, as Spark types them, not strings;
-    ``__HIVE_DEFAULT_PARTITION__`` is null. Returns the key types (name -> arrow type) and per
-    file its ``(name, value)`` pairs.
-    """
-    from urllib.parse import unquote
+    A key's type is the first of int32, int64, float64, date32 (``2024-01-31``) and
+    timestamp[us] (``2024-01-31 10:00:00``, naive) that every one of its values parses as,
+    strictly (no leading zeros: ``zip=01234`` stays a string), else string, as Spark, DuckDB
+    and polars type them; ``__HIVE_DEFAULT_PARTITION__`` is null. ``partition_types`` gives
+    the type of some keys (name -> type, see :func:`key_types`) or of all (one type, such as
+    ``"string"``) instead. A key that the files also store as a column (polars' and DuckDB's
+    partitioned writes do) has the type of that column: ``stored`` holds each file's column
+    types (name -> arrow type); the value is still the folder's, as Spark, polars and DuckDB
+    read it. Returns the key types (name -> arrow type) and per file its ``(name, value)`` pairs.
 
+    Example:
+        >>> paths = ["/d/dt=2024-01-01/zip=01234/a.parquet", "/d/dt=2024-01-02/zip=10115/b.parquet"]
+        >>> types, keys = hive_keys(paths, ["/d", "/d"], {"zip": "int32"})
+        >>> types
+        {'dt': DataType(date32[day]), 'zip': DataType(int32)}
+        >>> keys[0]
+        (('dt', datetime.date(2024, 1, 1)), ('zip', 1234))
+    """
     found = []
     for path, base in zip(paths, bases):
         folders = path[len(base):].strip("/").split("/")[:-1] if path.startswith(base) else []
         found.append([tuple(unquote(part) for part in folder.split("=", 1)) for folder in folders if "=" in folder])
+    names = list(dict.fromkeys(k for keys in found for k, _ in keys))
+    given, in_files = _wanted_key_types(partition_types, names, paths), _stored_key_types(names, stored)
     types: dict[str, Any] = {}
     typed: dict[str, dict[str, Any]] = {}
-    for name in dict.fromkeys(k for keys in found for k, _ in keys):
+    for name in names:
         values = sorted({v for keys in found for k, v in keys if k == name and v != HIVE_NULL})
-        parsed = _typed_key_values(values)
+        wanted = (given[name], "partition_types gives it") if name in given else \
+            (in_files[name], "the files store it as") if name in in_files else None
+        parsed = _typed_key_values(name, values, wanted, paths)
         types[name], typed[name] = parsed.type, dict(zip(values, parsed.to_pylist()))
     return types, [tuple((k, typed[k].get(v)) for k, v in keys) for keys in found]
 
 
-def _typed_key_values(values: list[str]) -> Any:
-    """A key's folder values as an arrow array: int32, else int64, else the strings."""
+def _stored_key_types(names: Sequence[str], stored: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The type of each key that a file also stores as a column (the first such file's)."""
+    types: dict[str, Any] = {}
+    for fields in stored:
+        types.update({name: fields[name] for name in names if name in fields and name not in types})
+    return types
+
+
+def _wanted_key_types(partition_types: Mapping[str, Any] | str | None, names: Sequence[str],
+                      paths: Sequence[str]) -> dict[str, Any]:
+    """``partition_types`` as name -> arrow type, checked: known keys, known types."""
+    if partition_types is None:
+        return {}
+    if isinstance(partition_types, str) or not isinstance(partition_types, Mapping):
+        partition_types = dict.fromkeys(names, partition_types)
+    unknown = [k for k in partition_types if k not in names]
+    if unknown:
+        where = f"the key=value folders of {paths[0]} and the other files" if paths else "no files"
+        raise ValueError(f"partition_types names {unknown}, which are not partition keys of this dataset; "
+                         f"its keys ({where}) are {names}")
+    return {name: _key_type(name, given) for name, given in partition_types.items()}
+
+
+def _key_type(name: str, given: Any) -> Any:
+    import pyarrow as pa
+
+    known = key_types()
+    if isinstance(given, str) and given in known:
+        return known[given]
+    if isinstance(given, pa.DataType) and given in known.values():
+        return given
+    raise ValueError(f"partition_types[{name!r}] = {given!r} is not a type a partition key can have; "
+                     f"expected one of {sorted(known)} (or that pyarrow type)")
+
+
+def _typed_key_values(name: str, values: list[str], wanted: tuple[Any, str] | None, paths: Sequence[str]) -> Any:
+    """A key's folder values as an arrow array of the type ``wanted`` gives (with the reason for
+    it: a value that does not parse is refused naming both), else of the first type of :data:`_INFERRED` they all parse as, else
+    the strings."""
     import pyarrow as pa
 
     strings = pa.array(values, pa.string())
-    for integer in (pa.int32(), pa.int64()):
-        try:
-            return strings.cast(integer)
-        except pa.ArrowInvalid:
-            continue
+    if wanted is not None:
+        return _cast_key_values(name, strings, *wanted, paths)
+    for type_name, shape in _INFERRED:
+        if all(re.fullmatch(shape, v) for v in values):
+            try:
+                return strings.cast(key_types()[type_name])
+            except pa.ArrowInvalid:
+                continue
     return strings
+
+
+def _cast_key_values(name: str, strings: Any, wanted: Any, why: str, paths: Sequence[str]) -> Any:
+    """``strings`` cast to ``wanted``; the first value that does not parse is refused, naming
+    a file under its folder."""
+    import pyarrow as pa
+
+    for value in strings.to_pylist():
+        try:
+            pa.scalar(value).cast(wanted)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            folder = f"{name}={value}"
+            path = next((p for p in paths if f"/{folder}/" in unquote(p)), paths[0])
+            raise ValueError(f"{path}: partition key {name!r} has the value {value!r} (folder {folder!r}), which does "
+                             f"not parse as {wanted}, the type {why}") from None
+    return strings.cast(wanted)
 
 
 def key_columns(keys: Sequence[tuple[str, Any]], target: Any, num_rows: int) -> Any:
@@ -98,15 +199,12 @@ def key_columns(keys: Sequence[tuple[str, Any]], target: Any, num_rows: int) -> 
 
 
 # Column types as read.
-def file_fields(arrow_schema: Any, path: str, key_types: dict[str, Any]) -> dict[str, Any]:
+def file_fields(arrow_schema: Any, key_types: Mapping[str, Any] = {}) -> dict[str, Any]:
     """Name -> type of a file's columns as they are read: dictionary-encoded columns decoded,
-    pandas' stored index left out. A column named like a partition key is refused."""
-    fields = {f.name: decoded(f.type) for f in arrow_schema if not f.name.startswith("__index_level_")}
-    clash = [k for k in key_types if k in fields]
-    if clash:
-        raise SchemaMismatchError(f"{path}: column(s) {clash} are in the file and also the names of partition "
-                                  "folders (name=value) of this dataset; rename the folders or the columns")
-    return fields
+    pandas' stored index left out, and the partition keys in ``key_types`` left out too (a key
+    the file also stores is read from its folder, see :func:`hive_keys`)."""
+    return {f.name: decoded(f.type) for f in arrow_schema
+            if not f.name.startswith("__index_level_") and f.name not in key_types}
 
 
 def decoded(arrow_type: Any) -> Any:
@@ -141,10 +239,11 @@ def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys:
     """
     candidates = {f.name for f in arrow_schema if backend.has_nullable_dtype(f.type)}
     found = {name for pairs in keys for name, value in pairs if value is None and name in candidates}
+    in_files = candidates - {name for pairs in keys for name, _ in pairs}  # a key is read from its folders
     for footer in footers:
         leaves = [footer.schema.column(j) for j in range(footer.num_columns)]
         optional = [(j, leaf.path) for j, leaf in enumerate(leaves)
-                    if leaf.path in candidates and leaf.max_definition_level > 0]
+                    if leaf.path in in_files and leaf.max_definition_level > 0]
         for i in range(footer.num_row_groups):
             row_group = footer.row_group(i)
             for j, name in optional:

@@ -108,5 +108,13 @@ def _numeric_dtype(name: str, dtype: str | None) -> str:
         np_dtype = None
     if np_dtype is None or np_dtype.kind not in "biuf":
         raise TypeError(f"column {name!r} has dtype {dtype!r}; the loader hands numeric columns to frameworks: "
-                        "encode it first (for instance with a Categorify op)")
+                        f"{_how_to_encode(dtype, np_dtype)}")
     return np_dtype.name
+
+
+def _how_to_encode(dtype: str | None, np_dtype: Any) -> str:
+    """What to do with a column of ``dtype`` before loading it (Categorify takes no dates)."""
+    if (np_dtype is not None and np_dtype.kind in "mM") or str(dtype).startswith(("date", "timestamp", "time")):
+        return ("turn it into numbers first, for instance with a LambdaOp returning col.dt.weekday or "
+                "col.dt.hour (Categorify takes no dates or times)")
+    return "encode it first (for instance with a Categorify op)"

@@ -54,10 +54,12 @@ class Filter(Operator):
         if getattr(mask, "ndim", None) == 2:
             return self._kept_rows(selected, mask)
         dtype = getattr(mask, "dtype", None)
-        if getattr(mask, "ndim", None) != 1 or len(mask) != len(selected) or str(dtype) not in ("bool", "boolean"):
+        # bool[pyarrow]: what comparing an arrow-backed column (a date, a string) gives in pandas
+        if getattr(mask, "ndim", None) != 1 or len(mask) != len(selected) or \
+                str(dtype) not in ("bool", "boolean", "bool[pyarrow]"):
             raise TypeError(f"{self.label} must return a boolean mask with one entry per row ({len(selected)}); "
                             f"got {type(mask).__name__} of dtype {dtype} and shape {getattr(mask, 'shape', None)}")
-        if str(dtype) == "boolean":  # nullable: a null keeps nothing
+        if str(dtype) != "bool":  # nullable: a null keeps nothing
             mask = mask.fillna(False).astype(bool)
         return selected[mask]
 

@@ -8,6 +8,8 @@ Run it with a venv holding Spark (never the project's venv)::
     /tmp/spark-venv/bin/pip install pyspark==4.0.1 pyarrow pandas
     /tmp/spark-venv/bin/python tests/data/make_spark_files.py tests/data/spark
 
+Naming datasets after the folder (``... tests/data/spark hive_typed``) rewrites only those.
+
 The datasets keep Spark's habits, side files included (``_SUCCESS``, ``.crc``, part files named
 ``part-00000-<uuid>-c000.snappy.parquet``):
 
@@ -21,6 +23,9 @@ The datasets keep Spark's habits, side files included (``_SUCCESS``, ``.crc``, p
   named ``bag``/``array``, every decimal a FIXED_LEN_BYTE_ARRAY).
 - ``micros``: the same rows with ``outputTimestampType=TIMESTAMP_MICROS`` (UTC-adjusted).
 - ``partitioned``: ``partitionBy("country", "date")``, string keys Spark escapes, a null one.
+- ``hive_typed``: ``partitionBy`` a date, a timestamp (``:`` escaped, a fraction of a second),
+  a double and a zip code with a leading zero, nulls among them; its ``.jsonl`` holds the rows as
+  Spark reads the folder back and ``hive_typed.schema.json`` the types Spark infers for the keys.
 - ``empty``: no rows at all.
 - ``nested``: struct, map, array of arrays and array of structs columns beside an ``id``.
 - ``appended``: two appends whose array column differs in ``containsNull`` only.
@@ -162,6 +167,26 @@ def write_partitioned(spark, out: str) -> None:
     write_json(frame, os.path.join(out, "partitioned.jsonl"))
 
 
+def write_hive_typed(spark, out: str) -> None:
+    """Keys Spark infers types for from the folder names when it reads them back: a date, a
+    timestamp, a double; a zip code it reads as an integer, losing the leading zero."""
+    import json
+
+    days = [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2), None]
+    times = [datetime.datetime(2024, 1, 1, 10, 0), datetime.datetime(2024, 1, 2, 11, 30, 0, 500_000), None]
+    scores = [0.5, 2.0, -1.25, None]
+    zips = ["01234", "10115"]
+    rows = [(i, float(i) * 10, days[i % 3], times[i % 3], scores[i % 4], zips[i % 2]) for i in range(8)]
+    frame = spark.createDataFrame(rows, "id long, x double, dt date, at timestamp, score double, zip string")
+    path = os.path.join(out, "hive_typed")
+    frame.coalesce(1).write.partitionBy("dt", "at", "score", "zip").parquet(path)
+    back = spark.read.parquet(path)
+    write_json(back, os.path.join(out, "hive_typed.jsonl"))
+    with open(os.path.join(out, "hive_typed.schema.json"), "w") as f:
+        json.dump({field.name: field.dataType.simpleString() for field in back.schema.fields}, f, indent=1)
+        f.write("\n")
+
+
 def write_empty(spark, out: str) -> None:
     """No rows: Spark writes one file with the schema and no row groups."""
     frame = spark.createDataFrame([], "id long, x double, s string")
@@ -223,25 +248,35 @@ def write_json(frame, path: str) -> None:
     os.replace(path + ".tmp", path)
 
 
-def main(out: str) -> None:
-    """Writes everything into ``out + ".tmp"``, then replaces ``out`` with it."""
+WRITERS = {"criteo": write_criteo, "types": write_typed, "partitioned": write_partitioned, "empty": write_empty,
+           "nested": write_nested, "evolved": write_evolved, "appended": write_appended,
+           "hive_typed": write_hive_typed}
+
+
+def main(out: str, names: list[str]) -> None:
+    """Writes the datasets ``names`` (default: all) into ``out + ".tmp"``, then replaces
+    ``out`` with it (all) or moves what they wrote into ``out`` (some)."""
     staging = out.rstrip("/") + ".tmp"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
     spark = spark_session()
     try:
-        write_criteo(spark, staging)
-        write_typed(spark, staging)
-        write_partitioned(spark, staging)
-        write_empty(spark, staging)
-        write_nested(spark, staging)
-        write_evolved(spark, staging)
-        write_appended(spark, staging)
+        for name in names or WRITERS:
+            WRITERS[name](spark, staging)
     finally:
         spark.stop()
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    if not names:
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(staging, out)
+        return
+    for entry in os.listdir(staging):
+        target = os.path.join(out, entry)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(staging, entry), target)
+    os.rmdir(staging)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark"))
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark"),
+         sys.argv[2:])
