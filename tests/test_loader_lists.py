@@ -52,6 +52,11 @@ def sessions(tmp_path_factory):
     return tl.Dataset(str(path), schema=schema, part_size=2000), items, scores
 
 
+def on_device(ds: tl.Dataset, device: str) -> tl.Dataset:
+    """The same files and schema as ``ds``, read on ``device`` (cuDF frames on "cuda")."""
+    return tl.Dataset(ds.paths, schema=ds.schema, part_size=2000, device=device)
+
+
 def rows_of(batches, column: str) -> dict[int, list]:
     """``{id: row}`` of a padded column over the batches, checking each batch's shape."""
     out = {}
@@ -126,6 +131,21 @@ def test_null_lists_are_refused_as_without_padding(tmp_path):
     ds = tl.Dataset(str(tmp_path / "nulls.parquet"))
     with pytest.raises(LoaderReadError, match="'l'"):
         list(Loader(ds, 2, categorical=["l"], target="y", lists={"l": 2}))
+
+
+def test_list_columns_of_a_dataset_on_either_device_are_the_rows_by_hand(sessions, device):
+    """On "cuda" the partitions are cuDF frames and their list columns go to the chunk buffer
+    from the device (several partitions per chunk, batches spanning chunks): every row of a
+    plain and of a padded list column is the one written, whole or padded by hand."""
+    ds, items, scores = sessions
+    loader = Loader(on_device(ds, device), 16, device=device, seed=4, parts_per_chunk=2, lists={"items": 5})
+    seen = {}
+    for features, _ in loader:
+        ids, dense = host(features["id"]), host(features["items"])
+        values, offsets = (host(a) for a in features["scores"])
+        for k, i in enumerate(ids.tolist()):
+            seen[i] = (dense[k].tolist(), values[offsets[k]:offsets[k + 1]].tolist())
+    assert seen == {i: (by_hand(items[i], 5), scores[i]) for i in range(N)}
 
 
 def test_null_elements_are_refused_naming_the_column_and_file_on_either_device(tmp_path, device):
