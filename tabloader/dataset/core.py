@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 from tabloader import backend
+from tabloader.dataset.arrow import ArrowSource, is_arrow_data
 from tabloader.dataset.csv import CsvSource
 from tabloader.dataset.files import ENGINES, FileSet
 from tabloader.dataset.frames import DaskSource, FrameSource
@@ -37,7 +38,8 @@ class Dataset:
 
     Args:
         source: a parquet or CSV path, directory, glob or list of them (local or fsspec URL),
-            a pandas or cuDF DataFrame, or a Dask DataFrame.
+            a pandas or cuDF DataFrame, a Dask DataFrame, or Arrow data in memory (a pyarrow
+            Table, a polars DataFrame, a DuckDB result: anything with ``__arrow_c_stream__``).
         engine: ``"parquet"`` or ``"csv"``; inferred from file extensions when None.
         part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count.
         schema: a :class:`~tabloader.schema.Schema` (or the path of a schema JSON file) giving
@@ -323,6 +325,8 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
         opened: Source = DaskSource(select(source, columns, "the Dask DataFrame"), device)
     elif backend.is_frame(source):
         opened = FrameSource(select(source, columns, "the DataFrame"), part_size, device)
+    elif is_arrow_data(source):  # after frames: pandas' own exports an Arrow stream too
+        opened = ArrowSource(source, part_size, device, columns)
     else:
         files = FileSet.find(source)
         if (engine or files.infer_engine()) != "csv":

@@ -60,7 +60,8 @@ class FileSet:
         if isinstance(source, (str, os.PathLike)):
             source = [source]
         if not isinstance(source, (list, tuple)) or not source:
-            raise TypeError(f"Dataset source must be a path, a list of paths or a DataFrame, got {type(source).__name__}")
+            raise TypeError(f"Dataset source must be a path, a list of paths, a DataFrame or Arrow data (a pyarrow "
+                            f"Table, a polars DataFrame), got {type(source).__name__}")
         paths: list[str] = []
         bases: list[str] = []
         fs, directory = None, None
