@@ -208,3 +208,26 @@ def test_keras_adapter_and_tf_data_yield_padded_tensors(sessions):
     data = tf_loader.to_tf_dataset(ds, 40, shuffle=False, lists=lists)
     rows = np.concatenate([f["items"].numpy() for f, _ in data]).tolist()
     assert rows == [by_hand(row, 5, truncate="left") for row in items]
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "polars"])
+def test_vectors_of_a_fixed_size_are_dense_rows(tmp_path, writer, device):
+    """Embedding vectors stored as fixed-size lists (pyarrow's ``fixed_size_list``, polars'
+    ``Array``) are list columns: ``lists=`` hands them on as a (rows, width) array."""
+    import polars as pl
+
+    n, width = 30, 8
+    vectors = np.arange(n * width, dtype=np.float32).reshape(n, width)
+    if writer == "pyarrow":
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), width)
+        pq.write_table(pa.table({"id": np.arange(n), "emb": emb}), tmp_path / "v.parquet")
+    else:
+        pl.DataFrame({"id": np.arange(n), "emb": vectors}, schema={"id": pl.Int64, "emb": pl.Array(pl.Float32, width)}
+                     ).write_parquet(tmp_path / "v.parquet")
+    assert pa.types.is_fixed_size_list(pq.read_schema(tmp_path / "v.parquet").field("emb").type)
+    ds = tl.Dataset(str(tmp_path / "v.parquet"), device=device)
+    rows = {}
+    for features, _ in Loader(ds, 7, continuous=["id", "emb"], lists={"emb": width}, device=device, seed=1):
+        for i, row in zip(host(features["id"]).tolist(), host(features["emb"])):
+            rows[i] = row
+    assert sorted(rows) == list(range(n)) and all(np.array_equal(rows[i], vectors[i]) for i in range(n))
