@@ -137,9 +137,10 @@ def pylibcudf() -> Any:
     return plc
 
 
-def run_positions(lengths: Any, starts: Any) -> tuple[Any, Any, Any]:
+def run_positions(lengths: Any, starts: Any, total: int | None = None) -> tuple[Any, Any, Any]:
     """Lists made of runs of elements: row ``i`` takes ``lengths[i]`` elements from position
-    ``starts[i]`` (numpy or CuPy arrays).
+    ``starts[i]`` (numpy or CuPy arrays). ``total`` is ``lengths.sum()`` when the caller knows
+    it on the host; without it, it is read back from the device (on a GPU, a wait for the device).
 
     Returns the rows' ``offsets`` (for :func:`build_list`), the ``positions`` of their elements
     (for :func:`take_values`) and each element's place ``within`` its row.
@@ -152,7 +153,8 @@ def run_positions(lengths: Any, starts: Any) -> tuple[Any, Any, Any]:
     xp = backend.array_lib(lengths)
     offsets = xp.zeros(len(lengths) + 1, dtype=xp.int64)
     xp.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
+    if total is None:
+        total = int(offsets[-1])
     # backend.repeat, not xp.repeat: CuPy before 14 takes no array of counts
     within = xp.arange(total, dtype=xp.int64) - backend.repeat(offsets[:-1], lengths, total)
     return offsets, backend.repeat(starts, lengths, total) + within, within

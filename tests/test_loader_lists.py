@@ -52,6 +52,11 @@ def sessions(tmp_path_factory):
     return tl.Dataset(str(path), schema=schema, part_size=2000), items, scores
 
 
+def on_device(ds: tl.Dataset, device: str) -> tl.Dataset:
+    """The same files and schema as ``ds``, read on ``device`` (cuDF frames on "cuda")."""
+    return tl.Dataset(ds.paths, schema=ds.schema, part_size=2000, device=device)
+
+
 def rows_of(batches, column: str) -> dict[int, list]:
     """``{id: row}`` of a padded column over the batches, checking each batch's shape."""
     out = {}
@@ -128,6 +133,21 @@ def test_null_lists_are_refused_as_without_padding(tmp_path):
         list(Loader(ds, 2, categorical=["l"], target="y", lists={"l": 2}))
 
 
+def test_list_columns_of_a_dataset_on_either_device_are_the_rows_by_hand(sessions, device):
+    """On "cuda" the partitions are cuDF frames and their list columns go to the chunk buffer
+    from the device (several partitions per chunk, batches spanning chunks): every row of a
+    plain and of a padded list column is the one written, whole or padded by hand."""
+    ds, items, scores = sessions
+    loader = Loader(on_device(ds, device), 16, device=device, seed=4, parts_per_chunk=2, lists={"items": 5})
+    seen = {}
+    for features, _ in loader:
+        ids, dense = host(features["id"]), host(features["items"])
+        values, offsets = (host(a) for a in features["scores"])
+        for k, i in enumerate(ids.tolist()):
+            seen[i] = (dense[k].tolist(), values[offsets[k]:offsets[k + 1]].tolist())
+    assert seen == {i: (by_hand(items[i], 5), scores[i]) for i in range(N)}
+
+
 def test_null_elements_are_refused_naming_the_column_and_file_on_either_device(tmp_path, device):
     path = tmp_path / "elements.parquet"
     pq.write_table(pa.table({"l": pa.array([[1], [None, 2], [3]], pa.list_(pa.int64())),
@@ -188,3 +208,26 @@ def test_keras_adapter_and_tf_data_yield_padded_tensors(sessions):
     data = tf_loader.to_tf_dataset(ds, 40, shuffle=False, lists=lists)
     rows = np.concatenate([f["items"].numpy() for f, _ in data]).tolist()
     assert rows == [by_hand(row, 5, truncate="left") for row in items]
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "polars"])
+def test_vectors_of_a_fixed_size_are_dense_rows(tmp_path, writer, device):
+    """Embedding vectors stored as fixed-size lists (pyarrow's ``fixed_size_list``, polars'
+    ``Array``) are list columns: ``lists=`` hands them on as a (rows, width) array."""
+    import polars as pl
+
+    n, width = 30, 8
+    vectors = np.arange(n * width, dtype=np.float32).reshape(n, width)
+    if writer == "pyarrow":
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), width)
+        pq.write_table(pa.table({"id": np.arange(n), "emb": emb}), tmp_path / "v.parquet")
+    else:
+        pl.DataFrame({"id": np.arange(n), "emb": vectors}, schema={"id": pl.Int64, "emb": pl.Array(pl.Float32, width)}
+                     ).write_parquet(tmp_path / "v.parquet")
+    assert pa.types.is_fixed_size_list(pq.read_schema(tmp_path / "v.parquet").field("emb").type)
+    ds = tl.Dataset(str(tmp_path / "v.parquet"), device=device)
+    rows = {}
+    for features, _ in Loader(ds, 7, continuous=["id", "emb"], lists={"emb": width}, device=device, seed=1):
+        for i, row in zip(host(features["id"]).tolist(), host(features["emb"])):
+            rows[i] = row
+    assert sorted(rows) == list(range(n)) and all(np.array_equal(rows[i], vectors[i]) for i in range(n))

@@ -249,3 +249,19 @@ def test_torchrec_is_not_imported_after_tensorflow_without_triton(tmp_path):
            "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_sparse_weights_of_other_lengths_are_refused(tmp_path):
+    """A weight list longer than its key's list in one row: the loader names both columns (it
+    checks once per chunk, not per batch: on a GPU a per-batch check would wait for the device)."""
+    genres = [[1, 2], [3], [], [4, 5]]
+    weights = [[0.5, 0.5], [1.0], [], [1.0, 1.0, 1.0]]  # row 3: one weight too many
+    pq.write_table(pa.table({"genres": pa.array(genres, pa.list_(pa.int64())),
+                             "w": pa.array(weights, pa.list_(pa.float32())), "y": np.zeros(4, np.float32)}),
+                   os.path.join(tmp_path, "part.parquet"))
+    schema = Schema([ColumnSchema("genres", "int64", {Tags.CATEGORICAL, Tags.LIST}, is_list=True),
+                     ColumnSchema("w", "float32", {Tags.CONTINUOUS, Tags.LIST}, is_list=True),
+                     ColumnSchema("y", "float32", {Tags.TARGET})])
+    loader = tlt.Loader(tl.Dataset(str(tmp_path), schema=schema), 2, output="jagged", sparse_weights={"genres": "w"})
+    with pytest.raises(ValueError, match="'genres' and 'w' must have lists of the same length"):
+        list(loader)

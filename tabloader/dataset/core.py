@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 from tabloader import backend
+from tabloader.dataset.arrow import ArrowSource, is_arrow_data
 from tabloader.dataset.csv import CsvSource
 from tabloader.dataset.files import ENGINES, FileSet
 from tabloader.dataset.frames import DaskSource, FrameSource
@@ -37,7 +38,8 @@ class Dataset:
 
     Args:
         source: a parquet or CSV path, directory, glob or list of them (local or fsspec URL),
-            a pandas or cuDF DataFrame, or a Dask DataFrame.
+            a pandas or cuDF DataFrame, a Dask DataFrame, or Arrow data in memory (a pyarrow
+            Table, a polars DataFrame, a DuckDB result: anything with ``__arrow_c_stream__``).
         engine: ``"parquet"`` or ``"csv"``; inferred from file extensions when None.
         part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count.
         schema: a :class:`~tabloader.schema.Schema` (or the path of a schema JSON file) giving
@@ -60,7 +62,8 @@ class Dataset:
     leading zeros (``zip=01234`` stays a string), else strings (``partition_types`` overrides
     that; a key the files also store keeps their column's type); files may order their columns differently (the first file's order is used); dictionary-encoded
     columns are read as their values. Struct, map and list-of-list columns are refused here,
-    naming the column: leave them out with ``columns=``.
+    naming the column: leave them out with ``columns=``. A Delta Lake table's folder is read as
+    its current version (the files its log lists); Iceberg and Hudi table folders are refused.
 
     The rows come from a :attr:`source` (:class:`~tabloader.dataset.ParquetSource`,
     :class:`~tabloader.dataset.CsvSource`, :class:`~tabloader.dataset.FrameSource` or
@@ -322,6 +325,8 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
         opened: Source = DaskSource(select(source, columns, "the Dask DataFrame"), device)
     elif backend.is_frame(source):
         opened = FrameSource(select(source, columns, "the DataFrame"), part_size, device)
+    elif is_arrow_data(source):  # after frames: pandas' own exports an Arrow stream too
+        opened = ArrowSource(source, part_size, device, columns)
     else:
         files = FileSet.find(source)
         if (engine or files.infer_engine()) != "csv":

@@ -25,8 +25,9 @@ import os
 import re
 from typing import Any, Callable, Sequence
 
-from tabloader.dataset import nvtabular
+from tabloader.dataset import delta, nvtabular
 from tabloader.dataset.source import SchemaMismatchError
+from tabloader.dataset.table_formats import check_not_a_table
 from tabloader.filesystems import filesystem, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
 
@@ -41,7 +42,8 @@ class FileSet:
 
     ``paths`` are spelled as ``fs`` spells them and ``urls`` as readers taking URLs want them;
     ``directory`` is where a saved schema is looked for; ``bases[i]`` is the folder
-    ``paths[i]`` was found under.
+    ``paths[i]`` was found under; ``key_types`` the types a Delta table's log gives its
+    partition keys (name -> type name; see :mod:`tabloader.dataset.delta`).
     """
 
     paths: list[str]
@@ -49,6 +51,7 @@ class FileSet:
     directory: str
     bases: list[str]
     urls: list[str]
+    key_types: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def find(cls, source: Any) -> "FileSet":
@@ -57,19 +60,22 @@ class FileSet:
         if isinstance(source, (str, os.PathLike)):
             source = [source]
         if not isinstance(source, (list, tuple)) or not source:
-            raise TypeError(f"Dataset source must be a path, a list of paths or a DataFrame, got {type(source).__name__}")
+            raise TypeError(f"Dataset source must be a path, a list of paths, a DataFrame or Arrow data (a pyarrow "
+                            f"Table, a polars DataFrame), got {type(source).__name__}")
         paths: list[str] = []
         bases: list[str] = []
         fs, directory = None, None
+        key_types: dict[str, str] = {}
         for item in map(str, source):
             fs, path = filesystem(item)
-            found, base, folder = _expand(fs, path, item)
+            found, base, folder, declared = _expand(fs, path, item)
             paths += found
             bases += [base] * len(found)
             directory = directory or folder
+            key_types.update(declared)
         # Readers taking URLs (Dask's read_csv) need the protocol back when one was given.
         urls = [fs.unstrip_protocol(p) for p in paths] if "://" in str(source) else paths
-        return cls(paths, fs, directory, bases, urls)
+        return cls(paths, fs, directory, bases, urls, key_types)
 
     def infer_engine(self) -> str:
         """``"parquet"`` or ``"csv"`` from the files' extensions (parquet when they say neither)."""
@@ -88,22 +94,29 @@ class FileSet:
         return nvtabular.read_schema(self.fs, self.directory)
 
 
-def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str]:
+def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str, dict[str, str]]:
     """The data files ``path`` names (a glob, a directory or a file), the folder they were
-    found under (hive keys are below it) and the folder of the data (its saved schema)."""
+    found under (hive keys are below it), the folder of the data (its saved schema) and the
+    key types its table declares (a Delta table: its current version's files, read from its log)."""
     if any(ch in path for ch in "*?["):
-        matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p))
+        base = re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0]
+        matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p) and not _in_hidden_dir(p, base))
         if not matched:
             raise FileNotFoundError(f"no files match {item!r}")
-        return matched, re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0], matched[0].rsplit("/", 1)[0]
+        return matched, base, matched[0].rsplit("/", 1)[0], {}
     if fs.isdir(path):
-        found = sorted(p for p in fs.find(path) if _is_data_file(p) and not _in_hidden_dir(p, path))
+        if delta.is_delta_table(fs, path):  # before listing its folders: they may hold many replaced files
+            version = delta.current_version(fs, path)
+            return version.paths, path.rstrip("/"), path, version.partition_types
+        listed = fs.find(path)
+        check_not_a_table(fs, path, item, listed)
+        found = sorted(p for p in listed if _is_data_file(p) and not _in_hidden_dir(p, path))
         if not found:
             raise FileNotFoundError(f"directory {item!r} has no data files")
-        return found, path.rstrip("/"), path
+        return found, path.rstrip("/"), path, {}
     if fs.exists(path):
         folder = path.rsplit("/", 1)[0]
-        return [path], folder, folder
+        return [path], folder, folder, {}
     raise FileNotFoundError(f"no such file or directory: {item!r}")
 
 

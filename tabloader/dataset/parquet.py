@@ -71,6 +71,8 @@ class ParquetSource(Source):
         self.files = files
         footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
         stored = [file_fields(f.arrow_schema) for f in footers]
+        if files.key_types and not isinstance(partition_types, str):  # a Delta table's, unless the user's
+            partition_types = {**files.key_types, **(partition_types or {})}
         key_types, keys = hive_keys(files.paths, files.bases, partition_types, stored)
         fields = [file_fields(f.arrow_schema, key_types) for f in footers]
         check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}

@@ -210,7 +210,7 @@ def file_fields(arrow_schema: Any, key_types: Mapping[str, Any] = {}) -> dict[st
 def decoded(arrow_type: Any) -> Any:
     """The type a column is read as: dictionary-encoded values (also list elements) decoded,
     so that every partition, and the meta, has the values' dtype rather than a categorical;
-    list elements nullable, whether or not a file declares them required (Spark's
+    fixed-size lists (vectors: polars' ``Array``, embeddings) as lists; list elements nullable, whether or not a file declares them required (Spark's
     ``containsNull=false``), so that files differing only in that agree.
 
     Example:
@@ -222,6 +222,8 @@ def decoded(arrow_type: Any) -> Any:
 
     if pa.types.is_dictionary(arrow_type):
         return arrow_type.value_type
+    if pa.types.is_fixed_size_list(arrow_type):  # vectors (polars' Array, embeddings): lists of one length
+        return decoded(pa.list_(arrow_type.value_field))
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         field = arrow_type.value_field.with_type(decoded(arrow_type.value_type)).with_nullable(True)
         return pa.list_(field) if pa.types.is_list(arrow_type) else pa.large_list(field)

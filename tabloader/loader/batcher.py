@@ -11,7 +11,7 @@ the framework adapters can take without a copy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from tabloader import backend
 from tabloader.loader.buffer import Chunk, concat_lists
@@ -28,7 +28,9 @@ class Batcher:
     a batch that straddles two chunks is completed from the next one (the tail is carried),
     so only the epoch's last batch can be short (and is dropped with ``drop_last``).
     Scalar columns are gathered into one column-major array per dtype, so every feature is a
-    contiguous 1-D array.
+    contiguous 1-D array. ``same_lengths`` names pairs of list columns whose lists must have the
+    same length in every row (values and their weights): checked once per chunk, a ValueError
+    naming both columns otherwise.
 
     Example:
         >>> import numpy as np
@@ -41,8 +43,10 @@ class Batcher:
         [[1, 2], [3, 4], [5, 6]]
     """
 
-    def __init__(self, layout: ColumnLayout, batch_size: int, drop_last: bool = False) -> None:
+    def __init__(self, layout: ColumnLayout, batch_size: int, drop_last: bool = False,
+                 same_lengths: Sequence[tuple[str, str]] = ()) -> None:
         self.layout, self.batch_size, self.drop_last = layout, batch_size, drop_last
+        self.same_lengths = tuple(same_lengths)
 
     def batches(self, chunks: Iterable[Chunk], start: int, end: int) -> Iterator[tuple[dict, Any, int]]:
         """Yield ``(features, target, rows)`` for the stream rows ``[start, end)``."""
@@ -54,15 +58,16 @@ class Batcher:
         for chunk in chunks:
             lo = max(position, chunk.spec.row_start) - chunk.spec.row_start
             hi = min(end, chunk.spec.row_start + chunk.num_rows) - chunk.spec.row_start
-            while lo < hi:
-                if batch is None:
-                    batch = self._empty_batch(chunk, min(bs, end - chunk.spec.row_start - lo))
-                take = min(hi - lo, batch.rows - batch.filled)
-                self._gather(chunk, chunk.perm[lo:lo + take], batch)
-                lo += take
-                if batch.filled == batch.rows:
-                    yield self._emit(batch)
-                    batch = None
+            if lo < hi:
+                cuts = _cuts(chunk.spec.row_start - start, lo, hi, bs)
+                sizes = _ListSizes.of(chunk, cuts, self.layout.padded, self.same_lengths)
+                for a, b in zip(cuts, cuts[1:]):
+                    if batch is None:
+                        batch = self._empty_batch(chunk, min(bs, end - chunk.spec.row_start - a))
+                    self._gather(chunk, a, b, sizes, batch)
+                    if batch.filled == batch.rows:
+                        yield self._emit(batch)
+                        batch = None
             position = chunk.spec.row_start + hi
             if position >= end:
                 break
@@ -72,15 +77,18 @@ class Batcher:
         array per dtype, whose every column is aligned (so that a batch spanning two chunks is
         gathered into place instead of concatenated afterwards)."""
         groups = {d: backend.empty_columns(buf.shape[1], rows, buf.dtype, like=buf) for d, buf in chunk.groups.items()}
-        return _Batch(rows, groups, {name: [] for name in chunk.lists})
+        return _Batch(rows, groups, {name: [] for name in chunk.lists}, {})
 
-    def _gather(self, chunk: Chunk, idx: Any, batch: "_Batch") -> None:
-        """Gather the chunk rows ``idx`` into the next ``len(idx)`` rows of ``batch``."""
-        stop = batch.filled + len(idx)
+    def _gather(self, chunk: Chunk, a: int, b: int, sizes: "_ListSizes", batch: "_Batch") -> None:
+        """Gather the rows ``chunk.perm[a:b]`` into the next ``b - a`` rows of ``batch``."""
+        idx = chunk.perm[a:b]
+        stop = batch.filled + b - a
         for d, buf in chunk.groups.items():
             _gather_columns(buf, idx, batch.groups[d][:, batch.filled:stop])
-        for name, (values, offsets) in chunk.lists.items():
-            batch.lists[name].append(_gather_lists(values, offsets, idx))
+        for name, (values, _) in chunk.lists.items():
+            batch.lists[name].append(_gather_lists(values, *sizes.rows(name, a, b)))
+            if name in sizes.kept:
+                batch.kept[name] = batch.kept.get(name, 0) + sizes.kept[name][b] - sizes.kept[name][a]
         batch.filled = stop
 
     def _emit(self, batch: "_Batch") -> tuple[dict, Any, int]:
@@ -89,7 +97,7 @@ class Batcher:
         features: dict[str, Any] = {}
         for name in self.layout.features:
             if name in self.layout.padded:
-                features[name] = pad_lists(*lists[name], self.layout.padded[name])
+                features[name] = pad_lists(*lists[name], self.layout.padded[name], kept=batch.kept[name])
             elif name in self.layout.lists:
                 features[name] = lists[name]
             else:
@@ -106,11 +114,13 @@ class Batcher:
 @dataclasses.dataclass
 class _Batch:
     """A batch being gathered: ``groups`` dtype -> (columns, rows) array, filled up to row
-    ``filled``; ``lists`` name -> the (values, offsets) parts gathered so far."""
+    ``filled``; ``lists`` name -> the (values, offsets) parts gathered so far; ``kept`` padded
+    list column -> how many of its values the padding keeps (a host int)."""
 
     rows: int
     groups: dict[str, Any]
     lists: dict[str, list[tuple[Any, Any]]]
+    kept: dict[str, int]
     filled: int = 0
 
 
@@ -135,13 +145,95 @@ def _gather_columns(buf: Any, idx: Any, out: Any) -> None:
         out[:, s:e] = tmp.T
 
 
-def _gather_lists(values: Any, offsets: Any, idx: Any) -> tuple[Any, Any]:
-    """Rows ``idx`` of a list column, each row's list kept whole: (values, offsets)."""
+def _cuts(shift: int, lo: int, hi: int, batch_size: int) -> list[int]:
+    """The chunk rows where the batcher cuts ``[lo, hi)``: ``lo``, every batch boundary in
+    between and ``hi``. Batch boundaries are the stream rows ``start + k * batch_size``; a
+    chunk row ``p`` is stream row ``start + shift + p``.
+
+    Example:
+        >>> _cuts(3, 0, 10, 4), _cuts(0, 4, 9, 4)
+        ([0, 1, 5, 9, 10], [4, 8, 9])
+    """
+    first = (shift + lo) // batch_size * batch_size + batch_size - shift  # the first boundary after lo
+    return [lo, *range(first, hi, batch_size), hi]
+
+
+@dataclasses.dataclass
+class _ListSizes:
+    """A chunk's list columns sized once per chunk, so that gathering a batch of them reads
+    nothing back from the device.
+
+    ``starts`` name -> (device) where the lists of the chunk rows ``perm[lo:hi]`` start in the
+    column's values, in that order; ``cumsum`` name -> (device) the running sum of their lengths
+    (``hi - lo + 1`` entries, from 0); ``at`` name -> {cut: that sum at the cut} and ``kept``
+    padded name -> {cut: running sum of the values its padding keeps}, on the host.
+
+    Why per chunk: on a GPU a batch's element count sizes its arrays, and reading it back per
+    batch (``int(x)``) would stall the host until the device caught up; here the chunk's counts
+    at every cut come back in one copy (a chunk is up to millions of rows, a batch thousands).
+    """
+
+    lo: int
+    starts: dict[str, Any]
+    cumsum: dict[str, Any]
+    at: dict[str, dict[int, int]]
+    kept: dict[str, dict[int, int]]
+
+    @classmethod
+    def of(cls, chunk: Chunk, cuts: list[int], padded: dict, same_lengths: Sequence[tuple[str, str]] = ()
+           ) -> "_ListSizes":
+        if not chunk.lists:
+            return cls(cuts[0], {}, {}, {}, {})
+        lo, hi = cuts[0], cuts[-1]
+        xp = backend.array_lib(chunk.perm)
+        idx = chunk.perm[lo:hi]
+        starts, cumsum, sums = {}, {}, []
+        for name, (_, offsets) in chunk.lists.items():
+            starts[name] = offsets[idx]
+            lengths = offsets[idx + 1] - starts[name]
+            cumsum[name] = _running_sum(xp, lengths)
+            sums.append(cumsum[name])
+            if name in padded:
+                sums.append(_running_sum(xp, xp.minimum(lengths, padded[name].pad_to)))
+        cut_rows = xp.asarray(cuts) - lo
+        picked = [s[cut_rows] for s in sums]
+        for a, b in same_lengths:  # where their offsets differ, counted on the device, read with the sums
+            differ = xp.count_nonzero(chunk.lists[a][1] != chunk.lists[b][1])
+            picked.append(xp.zeros(len(cuts), dtype=xp.int64) + differ)
+        at_cuts = backend.to_host(xp.stack(picked)).tolist()  # the chunk's one read
+        for (a, b), differ in zip(same_lengths, at_cuts[len(at_cuts) - len(same_lengths):]):
+            if differ[0]:
+                partitions = sorted({s.partition for s in chunk.spec.segments})
+                raise ValueError(f"list columns {a!r} and {b!r} must have lists of the same length in every row; "
+                                 f"they differ in the rows of partition(s) {partitions}")
+        rows = iter(dict(zip(cuts, row)) for row in at_cuts)
+        at, kept = {}, {}
+        for name in chunk.lists:
+            at[name] = next(rows)
+            if name in padded:
+                kept[name] = next(rows)
+        return cls(lo, starts, cumsum, at, kept)
+
+    def rows(self, name: str, a: int, b: int) -> tuple[Any, Any, int]:
+        """The lists of the chunk rows ``perm[a:b]``: where they start in the column's values
+        and their offsets from 0 (on the device), and their total length (on the host)."""
+        first = self.at[name][a]
+        i, j = a - self.lo, b - self.lo
+        return self.starts[name][i:j], self.cumsum[name][i:j + 1] - first, self.at[name][b] - first
+
+
+def _running_sum(xp: Any, lengths: Any) -> Any:
+    """``[0, l0, l0 + l1, ...]`` (int64), one longer than ``lengths``."""
+    out = xp.zeros(len(lengths) + 1, dtype=xp.int64)
+    xp.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _gather_lists(values: Any, starts: Any, new_offsets: Any, total: int) -> tuple[Any, Any]:
+    """Rows of a list column, each row's list kept whole: (values, offsets). The rows' lists
+    start at ``starts`` in ``values``, ``new_offsets`` are their offsets in the result (from 0)
+    and ``total`` its length (see :meth:`_ListSizes.rows`)."""
     xp = backend.array_lib(values)
-    starts = offsets[idx]
-    lengths = offsets[idx + 1] - starts
-    new_offsets = xp.zeros(len(idx) + 1, dtype=xp.int64)
-    xp.cumsum(lengths, out=new_offsets[1:])
-    total = int(new_offsets[-1])
+    lengths = new_offsets[1:] - new_offsets[:-1]
     positions = backend.repeat(starts - new_offsets[:-1], lengths, total) + xp.arange(total, dtype=xp.int64)
     return values[positions], new_offsets

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tabloader import backend
+from tabloader import backend, columnar
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.plan import ChunkSpec, Segment
 
@@ -181,11 +181,17 @@ def _pack_rows(buf: Any, row: int, columns: Sequence[Any]) -> None:
             dst[:, j] = col[s:e]
 
 
-def _list_rows(table: Any, seg: Segment, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets from 0) on the host of the rows of ``seg`` of a decoded partition's list column."""
+def _list_rows(table: Any, seg: Segment, name: str) -> tuple[Any, Any]:
+    """(values, offsets from 0) of the rows of ``seg`` of a decoded partition's list column:
+    numpy arrays for a table decoded on the host, CuPy arrays for a cuDF frame (its elements and
+    offsets stay on the device, not sent through arrow on the host and back)."""
     if _is_arrow(table):
         return _arrow_list_to_numpy(table.column(name).slice(seg.start, seg.num_rows))
-    return _arrow_list_to_numpy(backend.list_column_to_arrow(table[name].iloc[seg.start:seg.stop]))
+    column = table[name].iloc[seg.start:seg.stop]
+    if backend.is_gpu_object(column):
+        layout = columnar.list_layout(column)  # the loader refused null lists and elements when reading
+        return backend.column_values(layout.values), layout.offsets
+    return _arrow_list_to_numpy(backend.list_column_to_arrow(column))
 
 
 def _slice_lists(values: Any, offsets: Any, start: int, stop: int) -> tuple[Any, Any]:
@@ -207,12 +213,14 @@ def _arrow_list_to_numpy(array: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def concat_lists(parts: Sequence[tuple[Any, Any]], dtype: str | None, xp: Any = np) -> tuple[Any, Any]:
-    """One (values, offsets) of list rows given as (values, offsets from 0) parts, all in ``xp``."""
+    """One (values, offsets) of list rows given as (values, offsets from 0 to ``len(values)``)
+    parts, all in ``xp``. Each part's offsets are shifted by the lengths of the values before
+    it, which are shapes (host ints): nothing is read back from a GPU."""
     if not parts:
         return xp.empty(0, dtype or np.int64), xp.zeros(1, np.int64)
     values = xp.concatenate([v for v, _ in parts])
     if dtype is not None:
         values = values.astype(dtype, copy=False)
-    shifts = np.cumsum([0] + [int(o[-1]) for _, o in parts[:-1]])
+    shifts = np.cumsum([0] + [len(v) for v, _ in parts[:-1]])
     offsets = xp.concatenate([parts[0][1][:1]] + [o[1:] + int(s) for (_, o), s in zip(parts, shifts)])
     return values, offsets.astype(np.int64, copy=False)

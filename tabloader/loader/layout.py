@@ -104,7 +104,7 @@ def _names(value: Sequence[str] | str) -> list[str]:
 def _numeric_dtype(name: str, dtype: str | None) -> str:
     try:
         np_dtype = np.dtype(dtype) if dtype is not None else None
-    except TypeError:
+    except (TypeError, ValueError):  # pandas' and arrow's dtype names (decimal128(21, 1)) numpy does not know
         np_dtype = None
     if np_dtype is None or np_dtype.kind not in "biuf":
         raise TypeError(f"column {name!r} has dtype {dtype!r}; the loader hands numeric columns to frameworks: "
@@ -117,4 +117,6 @@ def _how_to_encode(dtype: str | None, np_dtype: Any) -> str:
     if (np_dtype is not None and np_dtype.kind in "mM") or str(dtype).startswith(("date", "timestamp", "time")):
         return ("turn it into numbers first, for instance with a LambdaOp returning col.dt.weekday or "
                 "col.dt.hour (Categorify takes no dates or times)")
+    if str(dtype).startswith("decimal"):
+        return "cast it to a float first, for instance with LambdaOp(f, dtype='float64') returning the column"
     return "encode it first (for instance with a Categorify op)"

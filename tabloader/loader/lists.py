@@ -115,22 +115,24 @@ def _check_value(name: str, value: Any, dtype: str) -> None:
         raise ValueError(f"lists[{name!r}]: padding value={value!r} does not fit column {name!r} of {dtype} elements")
 
 
-def pad_lists(values: Any, offsets: Any, spec: ListPadding) -> Any:
+def pad_lists(values: Any, offsets: Any, spec: ListPadding, kept: int | None = None) -> Any:
     """A batch's list column ``(values, offsets)`` as a C-contiguous ``(rows, spec.pad_to)`` array.
 
     Each row's kept values (all of them, or ``pad_to`` from the end ``spec.truncate`` does not
     cut) are scattered into a matrix filled with ``spec.value``, at the end of the row for
-    ``side="left"``: one gather and one scatter for the whole batch.
+    ``side="left"``: one gather and one scatter for the whole batch. ``kept`` is the number of
+    values kept (the sum over rows of ``min(length, pad_to)``) when the caller knows it on the
+    host; without it, it is read back from the device (on a GPU, a wait for the device).
     """
     xp = backend.array_lib(values)
     width = spec.pad_to
     rows = len(offsets) - 1
     lengths = offsets[1:] - offsets[:-1]
-    kept = xp.minimum(lengths, width)
-    source = offsets[:-1] + (lengths - kept if spec.truncate == "left" else 0)
-    target = xp.arange(rows, dtype=xp.int64) * width + (width - kept if spec.side == "left" else 0)
-    _, taken, within = backend.run_positions(kept, source)
+    kept_per_row = xp.minimum(lengths, width)
+    source = offsets[:-1] + (lengths - kept_per_row if spec.truncate == "left" else 0)
+    target = xp.arange(rows, dtype=xp.int64) * width + (width - kept_per_row if spec.side == "left" else 0)
+    _, taken, within = backend.run_positions(kept_per_row, source, total=kept)
     flat = backend.empty_columns(1, rows * width, values.dtype, like=values)[0]  # aligned: zero-copy into TF
     flat.fill(spec.value)
-    flat[backend.repeat(target, kept, len(within)) + within] = values[taken]
+    flat[backend.repeat(target, kept_per_row, len(within)) + within] = values[taken]
     return flat.reshape(rows, width)

@@ -74,7 +74,8 @@ class KeyedJaggedBatch:
 
 
 def keyed_jagged(features: Mapping[str, Any], keys: Sequence[str],
-                 weights: Mapping[str, str] | None = None, as_torchrec: bool | None = None) -> Any:
+                 weights: Mapping[str, str] | None = None, as_torchrec: bool | None = None,
+                 check_lengths: bool = True) -> Any:
     """``features[k]`` for ``k`` in ``keys`` as one keyed jagged batch.
 
     Args:
@@ -85,6 +86,9 @@ def keyed_jagged(features: Mapping[str, Any], keys: Sequence[str],
             lists); the keys without one get weight 1. None: no weights.
         as_torchrec: a ``torchrec.KeyedJaggedTensor`` (True), a :class:`KeyedJaggedBatch`
             (False), or the former when torchrec can be imported (None).
+        check_lengths: compare each weight column's offsets with its key's (a wait for the
+            device on a GPU); False where the caller has checked them already (the loader
+            does, once per chunk).
     """
     if not keys:
         raise ValueError("a keyed jagged batch needs at least one sparse feature (keys is empty)")
@@ -96,7 +100,7 @@ def keyed_jagged(features: Mapping[str, Any], keys: Sequence[str],
     lengths = torch.stack([steps if off is None else off.to(torch.int64) for _, off in columns]).diff(dim=1).reshape(-1)
     offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=device)
     torch.cumsum(lengths, 0, out=offsets[1:])
-    value_weights = None if weights is None else _weights(features, keys, columns, weights)
+    value_weights = None if weights is None else _weights(features, keys, columns, weights, check_lengths)
     if as_torchrec or (as_torchrec is None and torchrec_available()):
         from torchrec import KeyedJaggedTensor
 
@@ -123,7 +127,8 @@ def _batch_size(columns: list, keys: Sequence[str]) -> int:
     return next(iter(sizes.values()))
 
 
-def _weights(features: Mapping[str, Any], keys: Sequence[str], columns: list, weights: Mapping[str, str]) -> torch.Tensor:
+def _weights(features: Mapping[str, Any], keys: Sequence[str], columns: list, weights: Mapping[str, str],
+             check_lengths: bool = True) -> torch.Tensor:
     """Per-value weights in the values' order: the weight column's values, or ones."""
     unknown = sorted(set(weights) - set(keys))
     if unknown:
@@ -134,7 +139,7 @@ def _weights(features: Mapping[str, Any], keys: Sequence[str], columns: list, we
             parts.append(torch.ones(ids.shape[0], dtype=torch.float32, device=ids.device))
             continue
         w, w_off = _column(features, weights[key]) if weights[key] in features else (None, None)
-        if w is None or w_off is None or off is None or not torch.equal(w_off, off):
+        if w is None or w_off is None or off is None or (check_lengths and not torch.equal(w_off, off)):
             raise ValueError(f"weights of {key!r}: column {weights[key]!r} must be a list column of the batch with "
                              f"the same list lengths as {key!r}")
         parts.append(w.to(torch.float32))

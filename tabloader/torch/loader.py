@@ -70,6 +70,10 @@ class Loader(torch.utils.data.IterableDataset):
                                   global_rank=global_rank, global_size=global_size, **kwargs)
         self.output, self.sparse_weights = output, sparse_weights
         self.sparse_keys = _sparse_keys(self.loader.layout, output, sparse_weights)
+        # Weights must have their key's list lengths: the batcher checks that once per chunk, so
+        # that building a batch compares no offsets (a wait for the GPU per batch).
+        lists = self.loader.layout.lists
+        self.loader.batcher.same_lengths = tuple((k, w) for k, w in (sparse_weights or {}).items() if k in lists)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -86,7 +90,7 @@ class Loader(torch.utils.data.IterableDataset):
             if self.output == "dict":
                 yield features, target
                 continue
-            sparse = keyed_jagged(features, self.sparse_keys, self.sparse_weights)
+            sparse = keyed_jagged(features, self.sparse_keys, self.sparse_weights, check_lengths=False)
             skip = {*self.sparse_keys, *(self.sparse_weights or {}).values()}
             yield sparse, {name: value for name, value in features.items() if name not in skip}, target
 

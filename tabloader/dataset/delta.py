@@ -1,0 +1,179 @@
+"""The files of a Delta Lake table's current version, read from its log (``_delta_log/``).
+
+A Delta table's folders also hold the files that overwrites, deletes and compactions replaced
+(until a vacuum): its log says which files make each version. This module replays the log --
+the newest checkpoint (parquet), then the JSON commits after it -- into the current version's
+files and the types of its partition columns, so that ``Dataset("table/")`` reads exactly the
+rows the table holds. What a plain parquet reader cannot honour is refused, naming it: deletion
+vectors (rows deleted without rewriting their file), column mapping (physical column names
+differ from the table's) and any other reader feature. Every file must lie inside the table's
+folder (a shallow clone's absolute paths are refused): nothing outside it is read.
+
+Example:
+    >>> import fsspec, os
+    >>> root = os.path.join("tests", "data", "tables", "delta")
+    >>> version = current_version(fsspec.filesystem("file"), os.path.abspath(root))
+    >>> version.number, len(version.paths), version.partition_types
+    (1, 2, {'dt': 'string'})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import re
+from typing import Any, Iterator
+from urllib.parse import unquote
+
+LOG = "_delta_log"
+_COMMIT = re.compile(r"(\d{20})\.json")
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
+# Reader features whose tables read right as plain parquet once the checks below passed.
+_PLAIN_FEATURES = {"timestampNtz", "vacuumProtocolCheck", "columnMapping", "deletionVectors"}
+# Delta's primitive types of partition columns -> the partition key types tabloader has.
+_KEY_TYPES = {"string": "string", "integer": "int32", "long": "int64", "double": "float64", "date": "date32",
+              "timestamp_ntz": "timestamp[us]"}
+
+
+class DeltaTableError(ValueError):
+    """A Delta table whose current version tabloader cannot read as plain parquet."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaVersion:
+    """A Delta table's current version: its number, its data files (full paths, sorted) and the
+    types of its partition columns that tabloader can give a key (name -> type name)."""
+
+    number: int
+    paths: list[str]
+    partition_types: dict[str, str]
+
+
+def is_delta_table(fs: Any, folder: str) -> bool:
+    """True when ``folder`` holds a Delta log (``_delta_log/``)."""
+    return fs.isdir(posixpath.join(folder.rstrip("/"), LOG))
+
+
+def current_version(fs: Any, root: str) -> DeltaVersion:
+    """Replay the log of the Delta table at ``root`` into its current version (see the module)."""
+    root = root.rstrip("/")
+    log = posixpath.join(root, LOG)
+    commits, checkpoints = _log_files(fs, log)
+    if not commits and not checkpoints:
+        raise DeltaTableError(f"{log}: a Delta log without commits or checkpoints")
+    start = max(checkpoints, default=-1)
+    latest = max([*commits, start])
+    missing = [v for v in range(start + 1, latest + 1) if v not in commits]
+    if missing:
+        raise DeltaTableError(f"{log}: commit {missing[0]} is missing (after checkpoint {start}); the log is damaged")
+    state = _State()
+    if start >= 0:
+        for action in _checkpoint_actions(fs, log, start, checkpoints[start]):
+            state.apply(action, log)
+    for version in range(start + 1, latest + 1):
+        for action in _commit_actions(fs, posixpath.join(log, commits[version])):
+            state.apply(action, f"{log}/{commits[version]}")
+    return state.version(root, latest)
+
+
+def _log_files(fs: Any, log: str) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """Commits (version -> file name) and checkpoints (version -> part file names) in the log."""
+    commits: dict[int, str] = {}
+    checkpoints: dict[int, list[str]] = {}
+    for path in fs.ls(log, detail=False):
+        name = posixpath.basename(path.rstrip("/"))
+        if match := _COMMIT.fullmatch(name):
+            commits[int(match.group(1))] = name
+        elif match := _CHECKPOINT.fullmatch(name):
+            checkpoints.setdefault(int(match.group(1)), []).append(name)
+    return commits, checkpoints
+
+
+def _checkpoint_actions(fs: Any, log: str, version: int, parts: list[str]) -> Iterator[dict]:
+    """The actions of checkpoint ``version``, all of its parts (a part missing is an error)."""
+    import pyarrow.parquet as pq
+
+    expected = int(_CHECKPOINT.fullmatch(parts[0]).group(3) or 1)
+    if len(parts) != expected:
+        raise DeltaTableError(f"{log}: checkpoint {version} has {len(parts)} of its {expected} parts")
+    for name in sorted(parts):
+        path = posixpath.join(log, name)
+        wanted = [c for c in ("protocol", "metaData", "add") if c in pq.read_schema(path, filesystem=fs).names]
+        for row in pq.read_table(path, columns=wanted, filesystem=fs).to_pylist():
+            yield {kind: _as_json(action) for kind, action in row.items() if action is not None}
+
+
+def _as_json(action: dict) -> dict:
+    """A checkpoint's action as the JSON commits write it (parquet maps are lists of pairs)."""
+    out = dict(action)
+    for key in ("partitionValues", "configuration"):
+        if isinstance(out.get(key), list):
+            out[key] = dict(out[key])
+    return out
+
+
+def _commit_actions(fs: Any, path: str) -> Iterator[dict]:
+    with fs.open(path, "rt") as lines:
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+
+class _State:
+    """The table as the actions replayed so far leave it: protocol, metadata, files added."""
+
+    def __init__(self) -> None:
+        self.protocol: dict = {}
+        self.metadata: dict = {}
+        self.files: dict[str, dict] = {}
+
+    def apply(self, action: dict, where: str) -> None:
+        if "protocol" in action:
+            self.protocol = action["protocol"]
+        if "metaData" in action:
+            self.metadata = action["metaData"]
+        if "add" in action:
+            self.files[action["add"]["path"]] = action["add"]
+        if "remove" in action:
+            self.files.pop(action["remove"]["path"], None)
+
+    def version(self, root: str, number: int) -> DeltaVersion:
+        self._check_readable(root)
+        paths = sorted(_data_path(root, add["path"]) for add in self.files.values())
+        return DeltaVersion(number, paths, self._partition_types())
+
+    def _check_readable(self, root: str) -> None:
+        features = set(self.protocol.get("readerFeatures") or ())
+        unknown = sorted(features - _PLAIN_FEATURES)
+        if unknown:
+            raise DeltaTableError(f"{root} is a Delta table using the reader feature(s) {unknown}, which tabloader "
+                                  "does not read; write the version you want to plain parquet (deltalake or Spark)")
+        mode = dict(self.metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none")
+        if mode != "none":
+            raise DeltaTableError(f"{root} is a Delta table with column mapping (delta.columnMapping.mode={mode}): "
+                                  "its files name their columns otherwise than the table; write the version you "
+                                  "want to plain parquet (deltalake or Spark)")
+        with_deletions = [add["path"] for add in self.files.values() if add.get("deletionVector")]
+        if with_deletions:
+            raise DeltaTableError(f"{root} is a Delta table whose file {with_deletions[0]} (and "
+                                  f"{len(with_deletions) - 1} other(s)) has rows deleted by a deletion vector, "
+                                  "which a parquet reader cannot see; run OPTIMIZE/REORG ... APPLY (PURGE) on it or "
+                                  "write the version you want to plain parquet")
+
+    def _partition_types(self) -> dict[str, str]:
+        fields = json.loads(self.metadata.get("schemaString") or '{"fields": []}')["fields"]
+        types = {f["name"]: f["type"] for f in fields}
+        return {name: _KEY_TYPES[types[name]] for name in self.metadata.get("partitionColumns") or ()
+                if isinstance(types.get(name), str) and types[name] in _KEY_TYPES}
+
+
+def _data_path(root: str, uri: str) -> str:
+    """The full path of a data file the log names (a URI-encoded path relative to the table);
+    a file outside the table's folder is refused (nothing outside the folder is read)."""
+    relative = unquote(uri)
+    parts = relative.split("/")
+    if "://" in uri or relative.startswith("/") or ".." in parts:
+        raise DeltaTableError(f"{root}: the Delta log names the data file {uri!r}, outside the table's folder "
+                              "(a shallow clone?); tabloader reads only files inside the folder it is given")
+    return posixpath.join(root, relative)

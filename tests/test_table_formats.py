@@ -1,0 +1,145 @@
+"""Tables whose folders keep parquet files beside a log of which are current, written by the real
+libraries (tests/data/tables, made by tests/data/make_table_format_files.py): a Delta table
+overwritten and checkpointed (its folders hold 9 rows, the table 3), one appended to and deleted
+from (JSON commits only), and an Iceberg table overwritten. Read as folders of parquet files they
+would give every version's rows, silently. tabloader reads a Delta table's current version from
+its log, compared here with the rows deltalake itself reads; it refuses the rest."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tabloader as tl
+from tabloader.dataset.delta import DeltaTableError
+from tabloader.dataset.table_formats import TableFormatError
+
+TABLES = os.path.join(os.path.dirname(__file__), "data", "tables")
+
+
+def table_path(folder: str) -> str:
+    """A path relative to the working directory, as users type them (errors quote it)."""
+    return os.path.relpath(os.path.join(TABLES, folder))
+
+
+def deltalake_rows(name: str) -> list[dict]:
+    with open(os.path.join(TABLES, f"{name}.jsonl")) as lines:
+        return [json.loads(line) for line in lines]
+
+
+def test_a_delta_table_is_its_current_version_not_every_file_in_its_folders():
+    files = glob.glob(os.path.join(TABLES, "delta", "dt=*", "*.parquet"))
+    assert sum(pq.read_metadata(f).num_rows for f in files) == 9  # every version's files are still there
+    rows = deltalake_rows("delta")
+    expected = pd.DataFrame({"id": [r["id"] for r in rows], "x": [r["x"] for r in rows],
+                             "dt": pd.Series([r["dt"] for r in rows], dtype="str")})
+    ds = tl.Dataset(table_path("delta"))
+    pd.testing.assert_frame_equal(ds.compute().sort_values("id", ignore_index=True), expected)
+
+
+def test_a_delta_table_of_commits_only_with_deletes_and_typed_partition_columns():
+    """``shop`` holds digits but is a string column of the table, ``k`` a long with a null: the
+    key types are the log's, not what the folder names alone suggest (int32 for both)."""
+    rows = deltalake_rows("delta_commits")
+    ds = tl.Dataset(table_path("delta_commits"))
+    assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "shop": "str", "k": "Int64"}
+    expected = pd.DataFrame({"id": [r["id"] for r in rows],
+                             "shop": pd.Series([r["shop"] for r in rows], dtype="str"),
+                             "k": pd.array([r["k"] for r in rows], dtype="Int64")})
+    pd.testing.assert_frame_equal(ds.compute().sort_values("id", ignore_index=True), expected)
+    # partition_types still has the last word
+    assert str(tl.Dataset(table_path("delta_commits"), partition_types={"shop": "int32"}).meta()["shop"].dtype) == \
+        "int32"
+
+
+def test_a_delta_table_feeds_a_workflow_and_the_loader():
+    out = tl.Workflow(["id"] + (["shop"] >> tl.ops.Categorify()), progress=False).fit_transform(
+        tl.Dataset(table_path("delta_commits")))
+    ids = np.concatenate([features["id"] for features, _ in tl.Loader(out, 4, categorical=["id", "shop"])])
+    assert sorted(ids.tolist()) == [r["id"] for r in deltalake_rows("delta_commits")]
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("delta/dt=2024-01-01", r"dt=2024-01-01' is inside a Delta Lake table, .*delta \(it has _delta_log/\).*rows "
+                            r"the table does not hold\. Read the table's folder"),
+    ("iceberg", r"iceberg' is an Apache Iceberg table \(it has metadata/\).*rows the table does not hold.*"
+                r"pyiceberg.*Dataset\('.*iceberg/\*\*/\*\.parquet'\)"),
+    ("iceberg/data", r"iceberg/data' is inside an Apache Iceberg table, .*iceberg \(it has metadata/\)"),
+])
+def test_other_table_folders_are_refused_saying_why_and_what_to_do(folder, message):
+    with pytest.raises(TableFormatError, match=message):
+        tl.Dataset(table_path(folder))
+
+
+def test_a_glob_reads_the_files_it_names_and_no_log_file():
+    """The user's explicit choice: every data file under the table's folder, not the parquet
+    checkpoint in ``_delta_log/`` (it would not even have the data's columns)."""
+    assert glob.glob(os.path.join(TABLES, "delta", "_delta_log", "*.parquet"))
+    ds = tl.Dataset(os.path.join(TABLES, "delta", "**", "*.parquet"))
+    files = sorted(glob.glob(os.path.join(TABLES, "delta", "dt=*", "*.parquet")))
+    assert sorted(ds.compute()["id"]) == sorted(pd.concat([pq.read_table(f).to_pandas() for f in files])["id"])
+
+
+def test_folders_that_only_look_like_tables_are_read(tmp_path):
+    """A ``metadata`` folder without Iceberg's metadata files, and partition or ``data``
+    folders whose parents are no table, are plain folders of parquet files."""
+    (tmp_path / "t" / "metadata").mkdir(parents=True)
+    (tmp_path / "t" / "metadata" / "notes.json").write_text("{}")
+    (tmp_path / "t" / "data" / "dt=1").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "t" / "data" / "dt=1" / "a.parquet")
+    assert tl.Dataset(str(tmp_path / "t" / "data")).compute()["x"].tolist() == [1, 2]
+    assert tl.Dataset(str(tmp_path / "t" / "data" / "dt=1")).compute()["x"].tolist() == [1, 2]
+
+
+# What a plain parquet reader cannot honour, in copies of a real table's log edited as other
+# writers (Spark, Databricks) leave them.
+def edited_copy(tmp_path, edit) -> str:
+    """A copy of ``delta_commits`` whose first commit's actions went through ``edit``."""
+    root = str(tmp_path / "table")
+    shutil.copytree(os.path.join(TABLES, "delta_commits"), root)
+    first = os.path.join(root, "_delta_log", "00000000000000000000.json")
+    with open(first) as lines:
+        actions = [json.loads(line) for line in lines]
+    with open(first, "w") as out:
+        out.writelines(json.dumps(a) + "\n" for a in edit(actions))
+    return root
+
+
+def with_added(actions, **fields):
+    return [{"add": {**a["add"], **fields}} if "add" in a else a for a in actions]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda acts: with_added(acts, deletionVector={"storageType": "u", "pathOrInlineDv": "ab", "sizeInBytes": 4,
+                                                  "cardinality": 1}),
+     r"has rows deleted by a deletion vector"),
+    (lambda acts: with_added(acts, path="s3://elsewhere/part-0.parquet"), r"names the data file 's3://elsewhere/"
+                                                                             r"part-0\.parquet', outside the table's"),
+    (lambda acts: with_added(acts, path="..%2F..%2Fsecret.parquet"), r"outside the table's folder"),
+    (lambda acts: acts + [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                        "readerFeatures": ["variantType"], "writerFeatures": ["variantType"]}}],
+     r"reader feature\(s\) \['variantType'\]"),
+    (lambda acts: acts + [{"metaData": {"id": "x", "format": {"provider": "parquet", "options": {}},
+                                        "schemaString": '{"type":"struct","fields":[]}', "partitionColumns": [],
+                                        "configuration": {"delta.columnMapping.mode": "name"}}}],
+     r"column mapping \(delta\.columnMapping\.mode=name\)"),
+])
+def test_what_a_parquet_reader_cannot_honour_is_refused_naming_it(tmp_path, edit, message):
+    root = edited_copy(tmp_path, edit)
+    with pytest.raises(DeltaTableError, match=rf"{root}.*{message}"):
+        tl.Dataset(root)
+
+
+def test_a_log_missing_a_commit_is_refused(tmp_path):
+    root = edited_copy(tmp_path, lambda actions: actions)
+    os.remove(os.path.join(root, "_delta_log", "00000000000000000001.json"))
+    with pytest.raises(DeltaTableError, match=r"_delta_log: commit 1 is missing \(after checkpoint -1\)"):
+        tl.Dataset(root)
