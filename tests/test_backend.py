@@ -356,7 +356,7 @@ def test_from_arrow_sharing_buffers_gives_a_writable_frame():
 @pytest.fixture
 def parquet_file(tmp_path):
     df = pd.DataFrame({"a": np.arange(100, dtype=np.int64), "b": np.arange(100) * 0.5,
-                       "c": [f"v{i}" for i in range(100)]})
+                       "c": pd.Series([f"v{i}" for i in range(100)], dtype=STRING_DTYPE)})
     path = tmp_path / "data.parquet"
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=10)
     return str(path), df

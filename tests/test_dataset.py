@@ -31,6 +31,8 @@ from tabloader.dataset import SchemaMismatchError
 from tabloader.schema import ColumnSchema, Schema, Tags
 from tabloader.backend import STRING_DTYPE
 
+from pandas_versions import read_by_pandas
+
 N = 1200
 
 
@@ -183,16 +185,6 @@ def test_memory_url(memfs, df):
     assert ds.npartitions > 2
     check_dataset(ds, df)
     assert ds.schema["c"].tags == {"categorical"} and ds.schema["c"].properties == {"cardinality": 50}
-
-
-def read_by_pandas(read) -> pd.DataFrame:
-    """``read()``: pandas' own reading of a file (what a user reads back on their own), with pandas
-    3's text dtype; pandas 2 gives it under future.infer_string (which makes labels str too)."""
-    if int(pd.__version__.split(".")[0]) >= 3:
-        return read()
-    with pd.option_context("future.infer_string", True):
-        frame = read()
-    return frame.set_axis(list(frame.columns), axis=1)
 
 
 def read_csv_expected(path) -> pd.DataFrame:

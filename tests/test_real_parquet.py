@@ -24,6 +24,8 @@ from tabloader import Dataset, ops
 from tabloader.dataset import SchemaMismatchError
 from tabloader.backend import STRING_DTYPE
 
+from pandas_versions import read_by_pandas
+
 # The lent GPU image has neither: skip this (CPU-only) module there instead of failing the
 # whole `pytest -m gpu tests` collection.
 duckdb = pytest.importorskip("duckdb")
@@ -203,7 +205,7 @@ def test_hive_folders_written_by_pyarrow(tmp_path):
     assert list(ds.read_partition(0, columns=["year", "row"]).columns) == ["year", "row"]
 
     ds.to_parquet(str(tmp_path / "out"), progress=False)
-    written = pq.read_table(tmp_path / "out").to_pandas()
+    written = read_by_pandas(lambda: pq.read_table(tmp_path / "out").to_pandas())
     pd.testing.assert_frame_equal(written.sort_values("row", ignore_index=True), expected)
 
     rows = loader_column(ds, "row")
@@ -460,7 +462,7 @@ def test_files_with_columns_in_another_order_are_aligned_by_name(tmp_path):
         assert ds.schema.column_names == ["a", "b", "s"]
         check_reads(ds, expected)
     ds.to_parquet(str(tmp_path / "out"), progress=False)
-    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), expected)
+    pd.testing.assert_frame_equal(read_by_pandas(lambda: pq.read_table(tmp_path / "out").to_pandas()), expected)
     assert loader_column(ds, "a") == [1, 2, 3]
 
 
