@@ -79,7 +79,8 @@ class ArrowSource(Source):
         self.nullable = frozenset(f.name for f, column in zip(table.schema, table.columns)
                                   if backend.has_nullable_dtype(decoded(f.type)) and column.null_count)
         n = table.num_rows
-        parts = max(1, min(n, math.ceil(table.nbytes / part_size))) if n else 1
+        # Not table.nbytes: it raises for string views (polars' strings) up to pyarrow 18 at least.
+        parts = max(1, min(n, math.ceil(table.get_total_buffer_size() / part_size))) if n else 1
         bounds = np.linspace(0, n, parts + 1).astype(int)
         self.row_ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
