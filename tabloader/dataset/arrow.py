@@ -60,9 +60,9 @@ class ArrowSource(RowRangeSource):
     about ``part_size`` bytes, read without copying it until a partition becomes a frame.
 
     Its columns come out as a parquet file's would: dictionary-encoded columns (polars'
-    ``Categorical``) as their values, string views (polars' strings) as strings; integer and boolean columns holding a null as pandas
-    nullable dtypes in every partition (the others numpy); dates, decimals and lists
-    arrow-backed. Struct and map columns are refused, naming the column.
+    ``Categorical``) as their values, string views (polars' strings) as strings; integer and
+    boolean columns holding a null as pandas nullable dtypes in every partition (the others
+    numpy); dates, decimals and lists arrow-backed. Struct and map columns are refused, naming the column.
     """
 
     what = "the Arrow table"
