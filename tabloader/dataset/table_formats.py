@@ -28,8 +28,8 @@ from typing import Any, Sequence
 _FORMATS = (
     ("Delta Lake", "_delta_log", None),
     ("Apache Hudi", ".hoodie", "with Spark or Hudi's own reader, written out as plain parquet"),
-    ("Apache Iceberg", "metadata", "with pyiceberg, catalog.load_table(name).scan().to_arrow() written out as plain "
-                                   "parquet"),
+    ("Apache Iceberg", "metadata", "with pyiceberg, catalog.load_table(name).scan().to_arrow(), which "
+                                   "tl.Dataset also takes as it is when it fits in memory"),
 )
 _HIVE_FOLDER = re.compile(r"[^/=]+=[^/]*")
 
