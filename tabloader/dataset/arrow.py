@@ -11,14 +11,12 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
-
-import numpy as np
 
 from tabloader import backend
 from tabloader.dataset.parquet_layout import decoded
-from tabloader.dataset.source import Source, checked_columns, refuse_unsupported_types
+from tabloader.dataset.frames import RowRangeSource
+from tabloader.dataset.source import checked_columns, refuse_unsupported_types
 
 
 def is_arrow_data(obj: Any) -> bool:
@@ -57,15 +55,17 @@ def _plain(column: Any, arrow_type: Any) -> Any:
     return column.cast(arrow_type)
 
 
-class ArrowSource(Source):
+class ArrowSource(RowRangeSource):
     """In-memory Arrow data (see :func:`is_arrow_data`), cut into consecutive row ranges of
     about ``part_size`` bytes, read without copying it until a partition becomes a frame.
 
     Its columns come out as a parquet file's would: dictionary-encoded columns (polars'
-    ``Categorical``) as their values, string views (polars' strings) as strings; integer and boolean columns holding a null as pandas
-    nullable dtypes in every partition (the others numpy); dates, decimals and lists
-    arrow-backed. Struct and map columns are refused, naming the column.
+    ``Categorical``) as their values, string views (polars' strings) as strings; integer and
+    boolean columns holding a null as pandas nullable dtypes in every partition (the others
+    numpy); dates, decimals and lists arrow-backed. Struct and map columns are refused, naming the column.
     """
+
+    what = "the Arrow table"
 
     def __init__(self, data: Any, part_size: int, device: str = "cpu", columns: Sequence[str] | None = None) -> None:
         import pyarrow as pa
@@ -78,18 +78,8 @@ class ArrowSource(Source):
         refuse_unsupported_types(self._arrow_schema, "the Arrow table")
         self.nullable = frozenset(f.name for f, column in zip(table.schema, table.columns)
                                   if backend.has_nullable_dtype(decoded(f.type)) and column.null_count)
-        n = table.num_rows
         # Not table.nbytes: it raises for string views (polars' strings) up to pyarrow 18 at least.
-        parts = max(1, min(n, math.ceil(table.get_total_buffer_size() / part_size))) if n else 1
-        bounds = np.linspace(0, n, parts + 1).astype(int)
-        self.row_ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-
-    @property
-    def npartitions(self) -> int:
-        return len(self.row_ranges)
-
-    def partition_sizes(self) -> list[int]:
-        return [stop - start for start, stop in self.row_ranges]
+        self._cut(table.num_rows, table.get_total_buffer_size(), part_size)
 
     @property
     def arrow_schema(self) -> Any:
@@ -113,12 +103,6 @@ class ArrowSource(Source):
 
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
         return backend.from_arrow(self.read_arrow(index, columns), self.device, self.nullable)
-
-    def describe(self, index: int | None = None) -> str:
-        if index is None:
-            return "the Arrow table"
-        start, stop = self.row_ranges[index]
-        return f"rows [{start}, {stop}) of the Arrow table"
 
     @property
     def summary(self) -> str:

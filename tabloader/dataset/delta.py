@@ -10,11 +10,18 @@ differ from the table's) and any other reader feature. Every file must lie insid
 folder (a shallow clone's absolute paths are refused): nothing outside it is read.
 
 Example:
-    >>> import fsspec, os
-    >>> root = os.path.join("tests", "data", "tables", "delta")
-    >>> version = current_version(fsspec.filesystem("file"), os.path.abspath(root))
-    >>> version.number, len(version.paths), version.partition_types
-    (1, 2, {'dt': 'string'})
+    >>> import fsspec, json, os, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> os.makedirs(os.path.join(root, "_delta_log"))
+    >>> actions = [{"metaData": {"schemaString": '{"fields": [{"name": "dt", "type": "date"}]}',
+    ...                          "partitionColumns": ["dt"]}},
+    ...            {"add": {"path": "dt=2024-01-01/a.parquet"}}, {"add": {"path": "dt=2024-01-01/b.parquet"}},
+    ...            {"remove": {"path": "dt=2024-01-01/a.parquet"}}]
+    >>> with open(os.path.join(root, "_delta_log", "0" * 20 + ".json"), "w") as log:
+    ...     log.writelines(json.dumps(action) + "\\n" for action in actions)
+    >>> version = current_version(fsspec.filesystem("file"), root)
+    >>> version.number, [os.path.relpath(p, root) for p in version.paths], version.partition_types
+    (0, ['dt=2024-01-01/b.parquet'], {'dt': 'date32'})
 """
 
 from __future__ import annotations
@@ -70,10 +77,10 @@ def current_version(fs: Any, root: str) -> DeltaVersion:
     state = _State()
     if start >= 0:
         for action in _checkpoint_actions(fs, log, start, checkpoints[start]):
-            state.apply(action, log)
+            state.apply(action)
     for version in range(start + 1, latest + 1):
         for action in _commit_actions(fs, posixpath.join(log, commits[version])):
-            state.apply(action, f"{log}/{commits[version]}")
+            state.apply(action)
     return state.version(root, latest)
 
 
@@ -128,7 +135,7 @@ class _State:
         self.metadata: dict = {}
         self.files: dict[str, dict] = {}
 
-    def apply(self, action: dict, where: str) -> None:
+    def apply(self, action: dict) -> None:
         if "protocol" in action:
             self.protocol = action["protocol"]
         if "metaData" in action:

@@ -18,19 +18,16 @@ from tabloader import backend
 from tabloader.dataset.source import Source
 
 
-class FrameSource(Source):
-    """A pandas or cuDF DataFrame, moved to ``device`` where it is elsewhere, cut into
-    consecutive row ranges of about ``part_size`` bytes in memory (its index is dropped: rows
-    are numbered from 0)."""
+class RowRangeSource(Source):
+    """Rows held in memory, cut into consecutive row ranges of about ``part_size`` bytes
+    (:meth:`_cut`); ``what`` names them in messages."""
 
-    def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
-        super().__init__(device)
-        frame = backend.to_frame_device(frame, device)
-        self.frame = frame.reset_index(drop=True)
-        n = len(frame)
-        nbytes = int(frame.memory_usage(deep=True, index=False).sum()) if n else 0
-        parts = max(1, min(n, math.ceil(nbytes / part_size)))
-        bounds = np.linspace(0, n, parts + 1).astype(int)
+    what = "the rows"
+    row_ranges: list[tuple[int, int]]
+
+    def _cut(self, rows: int, nbytes: int, part_size: int) -> None:
+        parts = max(1, min(rows, math.ceil(nbytes / part_size)))
+        bounds = np.linspace(0, rows, parts + 1).astype(int)
         self.row_ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
     @property
@@ -39,6 +36,27 @@ class FrameSource(Source):
 
     def partition_sizes(self) -> list[int]:
         return [stop - start for start, stop in self.row_ranges]
+
+    def describe(self, index: int | None = None) -> str:
+        if index is None:
+            return self.what
+        start, stop = self.row_ranges[index]
+        return f"rows [{start}, {stop}) of {self.what}"
+
+
+class FrameSource(RowRangeSource):
+    """A pandas or cuDF DataFrame, moved to ``device`` where it is elsewhere, cut into
+    consecutive row ranges of about ``part_size`` bytes in memory (its index is dropped: rows
+    are numbered from 0)."""
+
+    what = "the DataFrame"
+
+    def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
+        super().__init__(device)
+        frame = backend.to_frame_device(frame, device)
+        self.frame = frame.reset_index(drop=True)
+        n = len(frame)
+        self._cut(n, int(frame.memory_usage(deep=True, index=False).sum()) if n else 0, part_size)
 
     @property
     def arrow_schema(self) -> Any:
@@ -51,12 +69,6 @@ class FrameSource(Source):
         start, stop = self.row_ranges[index]
         part = self.frame.iloc[start:stop]
         return part[list(columns)] if columns is not None else part
-
-    def describe(self, index: int | None = None) -> str:
-        if index is None:
-            return "the DataFrame"
-        start, stop = self.row_ranges[index]
-        return f"rows [{start}, {stop}) of the DataFrame"
 
     @property
     def summary(self) -> str:

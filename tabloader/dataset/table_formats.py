@@ -23,13 +23,13 @@ import posixpath
 import re
 from typing import Any, Sequence
 
-# (format, the marker in the table's root folder, how to read a version of it instead)
+# (format, the marker in the table's root folder, how to read a version of it instead; None:
+# tabloader reads the table's own folder)
 _FORMATS = (
-    ("Delta Lake", "_delta_log", "with deltalake, pyarrow.dataset.write_dataset(DeltaTable(path).to_pyarrow_dataset(), "
-                                 "out, format='parquet')"),
+    ("Delta Lake", "_delta_log", None),
     ("Apache Hudi", ".hoodie", "with Spark or Hudi's own reader, written out as plain parquet"),
-    ("Apache Iceberg", "metadata", "with pyiceberg, catalog.load_table(name).scan().to_arrow() written out as plain "
-                                   "parquet"),
+    ("Apache Iceberg", "metadata", "with pyiceberg, catalog.load_table(name).scan().to_arrow(), which "
+                                   "tl.Dataset also takes as it is when it fits in memory"),
 )
 _HIVE_FOLDER = re.compile(r"[^/=]+=[^/]*")
 
@@ -55,10 +55,10 @@ def check_not_a_table(fs: Any, folder: str, item: str, listed: Sequence[str]) ->
     place = f"is {article} {name} table" if root == folder.rstrip("/") else f"is inside {article} {name} table, {root}"
     why = (f"{item!r} {place} (it has {marker}/): its folders also hold files that later versions of the table "
            "replaced (overwrites, deletes, compactions), so reading them all would return rows the table does not hold")
-    if name == "Delta Lake":
+    how = next(h for n, _, h in _FORMATS if n == name)
+    if how is None:
         raise TableFormatError(f"{why}. Read the table's folder, {root}: tabloader reads its current version from "
                                "its log, with the partition keys as columns to filter on")
-    how = next(h for n, _, h in _FORMATS if n == name)
     raise TableFormatError(
         f"{why}. tabloader does not read {name}'s list of current files: write the version you want to plain "
         f"parquet ({how}) and read that; or, if you know every file there is current (appends only, never "
