@@ -11,7 +11,7 @@ PIP_ARGS ?=
 ROWS ?= 1000000
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-gpu bench venv clean
+.PHONY: demo test test-min test-gpu bench venv clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The suite against the oldest numpy/pandas/pyarrow/dask pyproject.toml promises, in a venv of
+# its own (MIN_VENV, default /tmp/tabloader-min-venv); not part of CI (it doubles the time).
+test-min:
+	PYTHON=$(PYTHON) PIP_ARGS="$(PIP_ARGS)" bash tools/check_min_versions.sh $(PYTEST_ARGS)
 
 # No venv here: on a lent GPU machine there is no package index and python3 already holds the
 # CUDA builds of torch/CuPy; the checks script says up front what that python lacks.

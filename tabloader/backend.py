@@ -298,7 +298,27 @@ def is_arrow_backed(arrow_type: Any) -> bool:
             or pa.types.is_large_binary(arrow_type) or pa.types.is_fixed_size_binary(arrow_type))
 
 
+def _string_dtype() -> Any:
+    # pandas 3's default text dtype ("str"): arrow-backed, NaN for a missing value. Its one
+    # version branch: pandas 2.3 spells it StringDtype("pyarrow", na_value=np.nan) (as 3 does),
+    # pandas 2.2 StringDtype("pyarrow_numpy") (2.2's own default is object).
+    try:
+        return pd.StringDtype("pyarrow", na_value=np.nan)
+    except TypeError:  # pandas 2.2: no na_value argument
+        return pd.StringDtype("pyarrow_numpy")
+
+
+#: The dtype of text columns tabloader reads, on every pandas version it supports: pandas 3's
+#: ``str`` (pandas 2 users get it too, rather than pandas 2's ``object``, so that ids, dtypes and
+#: missing values are the same under both).
+STRING_DTYPE = _string_dtype()
+
+
 def _pandas_type_for_arrow(arrow_type: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return STRING_DTYPE
     return pd.ArrowDtype(arrow_type) if is_arrow_backed(arrow_type) else None
 
 
@@ -412,11 +432,7 @@ def list_flatten(series: Any) -> tuple[Any, Any]:
     if is_gpu_object(series):
         return _device_list_flatten(series)
     index = series.index
-    chunked = pa.chunked_array(series.array.__arrow_array__() if hasattr(series.array, "__arrow_array__")
-                               else pa.array(series))
-    arr = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
-    if isinstance(arr, pa.ChunkedArray):  # no chunks
-        arr = pa.array([], type=chunked.type)
+    arr = list_column_to_arrow(series)
     offsets = np.asarray(arr.offsets)
     offsets = offsets - offsets[0]
     validity = arr.is_valid() if arr.null_count else None
@@ -533,7 +549,8 @@ def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:
 
 
 def list_column_to_arrow(series: Any) -> Any:
-    """A list column (pandas ArrowDtype / object lists, or cuDF lists) as one pyarrow array."""
+    """A list column (pandas ArrowDtype / object lists, or cuDF lists) as one pyarrow array
+    (never a ChunkedArray: one code path for every pyarrow version)."""
     import pyarrow as pa
 
     if is_gpu_object(series):
@@ -541,7 +558,7 @@ def list_column_to_arrow(series: Any) -> Any:
     elif isinstance(series.dtype, pd.ArrowDtype):
         arr = pa.array(series.array)
     else:
-        arr = pa.array(series.tolist())
+        arr = pa.array(series)  # a pandas Series: NaN or None in place of a list is a null list
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     return arr

@@ -35,6 +35,8 @@ import sys
 import types
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from tabloader import ops
 from tabloader.ops.base import Operator
 
@@ -149,7 +151,17 @@ def function_name(fn: Callable, where: str = "") -> str:
     reason = _unsaveable_reason(fn)
     if reason:
         raise ValueError(f"{prefix}{reason}")
-    return f"{fn.__module__}:{fn.__qualname__}"
+    module, qualname = _module_and_qualname(fn)
+    return f"{module}:{qualname}"
+
+
+def _module_and_qualname(fn: Callable) -> tuple[Any, Any]:
+    """``fn``'s ``__module__`` and ``__qualname__`` (None where missing). numpy 1.x ufuncs
+    (``np.log1p``) have neither (numpy 2 gives them ``numpy``): they are numpy's, by name."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if isinstance(fn, np.ufunc) and module is None and qualname is None:
+        return "numpy", fn.__name__
+    return module, qualname
 
 
 def _unsaveable_reason(fn: Callable) -> str | None:
@@ -159,7 +171,7 @@ def _unsaveable_reason(fn: Callable) -> str | None:
         return f"{fn!r} cannot be saved: a functools.partial carries its arguments. {at_module_level}"
     if inspect.ismethod(fn):
         return f"{fn.__qualname__} cannot be saved: a bound method carries its object. {at_module_level}"
-    qualname, module = getattr(fn, "__qualname__", None), getattr(fn, "__module__", None)
+    module, qualname = _module_and_qualname(fn)
     if not isinstance(qualname, str) or not isinstance(module, str):
         return (f"{fn!r} cannot be saved: a callable instance of {type(fn).__name__} (or a method of a built-in "
                 f"type) has no module-level name. {at_module_level}")
@@ -238,6 +250,6 @@ def _functions_of(module: types.ModuleType) -> dict[str, Callable]:
     found = {}
     for attr, value in vars(module).items():
         if callable(value) and not isinstance(value, type) and _unsaveable_reason(value) is None \
-                and value.__module__ == module.__name__ and value.__qualname__ == attr:
+                and _module_and_qualname(value) == (module.__name__, attr):
             found[f"{module.__name__}:{attr}"] = value
     return found

@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tabloader import ops
+from tabloader.backend import STRING_DTYPE
 
 # --- data ---------------------------------------------------------------------------------
 def categorical_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
@@ -23,7 +24,7 @@ def categorical_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     ints = pd.array(rng.zipf(1.5, n) % 50, dtype="Int64")
     ints[rng.random(n) < 0.1] = pd.NA
-    strs = pd.Series(rng.choice(["apple", "pear", "fig", "kiwi", "plum", "é"], n), dtype="str")
+    strs = pd.Series(rng.choice(["apple", "pear", "fig", "kiwi", "plum", "é"], n), dtype=STRING_DTYPE)
     strs[rng.random(n) < 0.05] = None
     return pd.DataFrame({
         "i": ints,
@@ -71,7 +72,7 @@ def misc_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
         "user": user, "ts": ts, "a": a, "b": rng.normal(5, 2, n),
         "small": rng.integers(-3, 120, n).astype(np.int64), "mid": rng.integers(0, 40_000, n).astype(np.int64),
         "big": rng.integers(-2**40, 2**40, n), "u8": rng.integers(0, 200, n).astype(np.uint64),
-        "nullable": nullable, "s": pd.Series(rng.choice(["x", "y", None], n), dtype="str"),
+        "nullable": nullable, "s": pd.Series(rng.choice(["x", "y", None], n), dtype=STRING_DTYPE),
         "genres": pd.arrays.ArrowExtensionArray(list_array(rng, n, null_every=11)),
     })
 

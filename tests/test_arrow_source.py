@@ -16,6 +16,7 @@ import pytest
 
 import tabloader as tl
 from tabloader import backend, ops
+from tabloader.backend import STRING_DTYPE
 
 
 def mixed_table(n: int = 50) -> pa.Table:
@@ -61,7 +62,7 @@ def test_a_polars_frame_with_categoricals_and_string_views():
                           "name": ["x", None, "z", "x"], "n": [1, 2, None, 4]})
     assert pa.table(frame).schema.field("name").type == pa.string_view()  # what this test is about
     ds = tl.Dataset(frame)
-    assert [str(d) for d in ds.meta().dtypes] == ["str", "str", "Int64"]
+    assert [str(d) for d in ds.meta().dtypes] == [str(STRING_DTYPE), str(STRING_DTYPE), "Int64"]
     got = ds.compute()
     for name in frame.columns:
         assert [None if pd.isna(v) else v for v in got[name].tolist()] == frame[name].to_list(), name

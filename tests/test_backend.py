@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tabloader import backend, gpu_install
-from tabloader.backend import BackendUnavailableError
+from tabloader.backend import STRING_DTYPE, BackendUnavailableError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -298,7 +298,7 @@ def test_frame_arrow_schema():
 def test_from_arrow_keeps_pandas_conventions():
     df = pd.DataFrame({
         "n": pd.array([1, None, 3], dtype="Int64"),
-        "s": pd.Series(["a", None, "c"], dtype="str"),
+        "s": pd.Series(["a", None, "c"], dtype=STRING_DTYPE),
         "f": np.array([0.5, 1.5, 2.5], dtype=np.float32),
     })
     table = pa.Table.from_pandas(df, preserve_index=False).append_column("l", pa.array([[1, 2], None, []]))
@@ -335,7 +335,7 @@ def test_from_arrow_sharing_buffers_gives_the_same_frame():
         "f32": np.array([0.5, np.nan, 1.5, np.nan, 2.5, 3.5, np.nan], dtype=np.float32),
         "f64": np.full(7, 0.25),
         "b": pd.array([True, None, False, True, True, False, None], dtype="boolean"),
-        "s": pd.Series(["a", None, "c", "d", "e", "f", "g"], dtype="str"),
+        "s": pd.Series(["a", None, "c", "d", "e", "f", "g"], dtype=STRING_DTYPE),
     })
     for copy in (True, False):
         out = backend.from_arrow(table, nullable=["u8"], copy=copy)
@@ -356,10 +356,28 @@ def test_from_arrow_sharing_buffers_gives_a_writable_frame():
 @pytest.fixture
 def parquet_file(tmp_path):
     df = pd.DataFrame({"a": np.arange(100, dtype=np.int64), "b": np.arange(100) * 0.5,
-                       "c": [f"v{i}" for i in range(100)]})
+                       "c": pd.Series([f"v{i}" for i in range(100)], dtype=STRING_DTYPE)})
     path = tmp_path / "data.parquet"
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=10)
     return str(path), df
+
+
+@pytest.mark.parametrize("lists", [
+    pd.Series([["a"], None, ["b", "c"]], dtype=pd.ArrowDtype(pa.list_(pa.string()))),
+    pd.Series([[1.5], None, [2.0, 3.0]], dtype=pd.ArrowDtype(pa.list_(pa.float64()))),
+    pd.Series([], dtype=pd.ArrowDtype(pa.list_(pa.string()))),
+    pd.Series([[1.5], np.nan, [2.0, 3.0]], dtype=object),  # Python lists, NaN for a missing list
+], ids=["strings", "floats", "empty", "object"])
+def test_list_flatten_and_rebuild(lists):
+    """Every pyarrow version (15 made a ChunkedArray of a list array's elements, or failed)."""
+    expected = [x for row in lists if isinstance(row, list) for x in row]
+    values, rebuild = backend.list_flatten(lists.iloc[1:].reset_index(drop=True))
+    assert values.tolist() == expected[len(lists.iloc[0]) if len(lists) else 0:]
+    values, rebuild = backend.list_flatten(lists)
+    assert values.tolist() == expected
+    rebuilt = rebuild(values.to_numpy())
+    assert [row if isinstance(row, list) else None for row in rebuilt.tolist()] == \
+        [row if isinstance(row, list) else None for row in lists.tolist()]
 
 
 def test_read_parquet_whole_file(parquet_file):

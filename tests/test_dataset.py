@@ -29,6 +29,9 @@ import tabloader as tl
 from tabloader import Dataset
 from tabloader.dataset import SchemaMismatchError
 from tabloader.schema import ColumnSchema, Schema, Tags
+from tabloader.backend import STRING_DTYPE
+
+from pandas_versions import read_by_pandas
 
 N = 1200
 
@@ -39,7 +42,7 @@ def make_frame(n: int = N, seed: int = 0) -> pd.DataFrame:
         "id": np.arange(n, dtype=np.int64),
         "x": rng.normal(size=n),
         "c": rng.integers(0, 50, size=n).astype(np.int32),
-        "s": pd.Series([f"user_{i % 37}" for i in range(n)], dtype="str"),
+        "s": pd.Series([f"user_{i % 37}" for i in range(n)], dtype=STRING_DTYPE),
     })
 
 
@@ -53,7 +56,7 @@ def rich_frame(n: int = 300, seed: int = 1) -> pd.DataFrame:
         "id": np.arange(n, dtype=np.int64),
         "n": pd.array([None if i % 7 == 0 else int(v) for i, v in enumerate(ints)], dtype="Int64"),
         "f": rng.random(n).astype(np.float32),
-        "s": pd.Series([None if i % 11 == 0 else f"s{i % 13}" for i in range(n)], dtype="str"),
+        "s": pd.Series([None if i % 11 == 0 else f"s{i % 13}" for i in range(n)], dtype=STRING_DTYPE),
         "l": pd.Series(lists, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
         "ls": pd.Series(words, dtype=pd.ArrowDtype(pa.list_(pa.string()))),
         "t": pd.date_range("2024-01-01", periods=n, freq="min").as_unit("us"),
@@ -188,6 +191,7 @@ def read_csv_expected(path) -> pd.DataFrame:
     """pandas' reading of a CSV file, with integer columns Int64: CSV has no statistics saying
     that a column has no blanks, so a Dataset reads every integer column as nullable."""
     frame = pd.read_csv(path)
+    frame = frame.astype({c: STRING_DTYPE for c, dtype in frame.dtypes.items() if dtype == object})  # pandas 2
     return frame.astype({c: "Int64" for c, dtype in frame.dtypes.items() if dtype.kind == "i"})
 
 
@@ -469,7 +473,7 @@ def test_to_parquet_round_trip(tmp_path):
     # pyarrow and pandas read it back on their own, with pandas' dtypes
     table = pq.read_table(str(out))  # pyarrow skips _schema.json as it skips any _name
     assert table.num_rows == len(src)
-    back = pd.concat([pd.read_parquet(out / f) for f in files[1:]], ignore_index=True)
+    back = read_by_pandas(lambda: pd.concat([pd.read_parquet(out / f) for f in files[1:]], ignore_index=True))
     pd.testing.assert_frame_equal(back.drop(columns=["l", "ls"]), src.drop(columns=["l", "ls"]))
     for name in ["l", "ls"]:
         assert table.column(name).to_pylist() == pa.array(src[name]).to_pylist()
@@ -509,7 +513,7 @@ def test_partitions_become_the_arrow_tables_pandas_makes(nan):
         "f64": floats, "i64": rng.integers(-5, 5, n), "f32": floats.astype(np.float32),
         "u8": rng.integers(0, 255, n).astype(np.uint8), "b": rng.random(n) > 0.5,
         "nullable": pd.array(np.where(rng.random(n) > 0.9, None, np.arange(n)), dtype="Int64"),
-        "s": pd.Series(np.where(rng.random(n) > 0.8, None, "x"), dtype="str"),
+        "s": pd.Series(np.where(rng.random(n) > 0.8, None, "x"), dtype=STRING_DTYPE),
         "when": pd.date_range("2026-01-01", periods=n, freq="min"),
         "cat": pd.Categorical(rng.choice(["a", "b"], n)),
         "lists": pd.Series([[1, 2]] * n, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
@@ -526,11 +530,12 @@ def test_partitions_become_the_arrow_tables_pandas_makes(nan):
 def test_to_parquet_from_files_and_from_csv(tmp_path, df):
     write_parts(df, tmp_path / "in", nfiles=3, row_group_size=100)
     Dataset(str(tmp_path / "in"), part_size="4KB").to_parquet(str(tmp_path / "out"), progress=False)
-    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), df)
+    pd.testing.assert_frame_equal(read_by_pandas(lambda: pq.read_table(tmp_path / "out").to_pandas()), df)
 
     df.to_csv(tmp_path / "in.csv", index=False)
     Dataset(str(tmp_path / "in.csv"), part_size="8KB").to_parquet(str(tmp_path / "csv_out"), progress=False)
-    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "csv_out").to_pandas(), read_csv_expected(tmp_path / "in.csv"))
+    back = read_by_pandas(lambda: pq.read_table(tmp_path / "csv_out").to_pandas())
+    pd.testing.assert_frame_equal(back, read_csv_expected(tmp_path / "in.csv"))
 
 
 def test_to_parquet_memory_url(memfs, df):
@@ -540,7 +545,7 @@ def test_to_parquet_memory_url(memfs, df):
     assert names[0] == "_schema.json" and all(n.startswith("part_") for n in names[1:])
     assert not [p for p in fs.ls(root, detail=False) if p.rsplit("/", 1)[-1].startswith(".")]
     with fs.open(f"{root}/out/{names[1]}", "rb") as f:
-        first = pq.read_table(f).to_pandas()
+        first = read_by_pandas(lambda: pq.read_table(f).to_pandas())
     pd.testing.assert_frame_equal(first, df.iloc[:len(first)])
     check_dataset(Dataset(f"memory://{root}/out"), df)
 
@@ -551,8 +556,8 @@ def test_output_files(tmp_path, df):
     ds.to_parquet(str(tmp_path / "out"), output_files=3, progress=False)
     files = sorted(f for f in os.listdir(tmp_path / "out") if f.endswith(".parquet"))
     assert len(files) == 3
-    pd.testing.assert_frame_equal(pd.concat([pd.read_parquet(tmp_path / "out" / f) for f in files],
-                                            ignore_index=True), df)
+    back = read_by_pandas(lambda: pd.concat([pd.read_parquet(tmp_path / "out" / f) for f in files], ignore_index=True))
+    pd.testing.assert_frame_equal(back, df)
     # never more files than partitions
     Dataset(df).to_parquet(str(tmp_path / "one"), output_files=5, progress=False)
     assert len([f for f in os.listdir(tmp_path / "one") if f.endswith(".parquet")]) == 1

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from tabloader import backend
 from tabloader.encoding import cpu, gpu
 from tabloader.encoding.contract import NULL_HASH
+from tabloader.backend import STRING_DTYPE
 
 from encoding_reference import expected_ids, is_null, py_cross, py_hash, reference_vocabulary
 
@@ -238,7 +239,7 @@ def test_hashes_match_the_python_reference(impl, column):
 
 def test_cross_hash_matches_the_python_reference():
     a = pd.Series([1, None, 3, None], dtype="Int64")
-    b = pd.Series(["x", "y", None, None], dtype="str")
+    b = pd.Series(["x", "y", None, None], dtype=STRING_DTYPE)
     cols = [cpu.normalize_column(OP, c, s) for c, s in [("a", a), ("b", b)]]
     expected = [py_cross([x, y]) for x, y in zip(a.tolist(), b.tolist())]
     assert [int(h) for h in cpu.cross_hash(cols)] == expected
@@ -294,3 +295,35 @@ def test_device_group_sums_and_first_rows_are_exact_int64(xp_name):
     assert host(sums).tolist() == want_sums
     assert host(first).tolist() == want_first
     assert host(counting.first_rows(xp.zeros(0, dtype=np.int64), 0)).tolist() == []
+
+
+def test_a_fresh_lookup_queried_by_many_threads_at_once_finds_every_key():
+    """pandas 2 builds an Index's hash table on first use without a lock: threads sharing a fresh
+    lookup saw duplicates (InvalidIndexError). Lookups are built once, then shared by threads."""
+    import threading
+
+    from tabloader.encoding.cpu.lookup import FloatKeys, IntKeys
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        keys = rng.choice(2**40, 5000, replace=False)  # sparse: a hash index, not a direct table
+        query = rng.permutation(keys)
+        expected = pd.Series(np.arange(len(keys)), index=keys)[query].to_numpy()
+        for lookup in (IntKeys(keys), FloatKeys(keys.astype(np.float64))):
+            barrier, found, errors = threading.Barrier(8), [], []
+
+            def find(lookup=lookup, barrier=barrier, found=found, errors=errors):
+                barrier.wait()
+                try:
+                    found.append(lookup.find(query))
+                except Exception as exc:  # noqa: BLE001  (reported below, with its type)
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=find) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[0]
+            for positions in found:
+                np.testing.assert_array_equal(positions, expected)

@@ -18,6 +18,7 @@ from tabloader.ops.groupby import JoinGroupby
 from tabloader.ops.hashing import HashBucket, HashedCross
 from tabloader.ops.target_encoding import TargetEncoding, fold_of, full_data_workflow
 from tabloader.workflow import Workflow
+from tabloader.backend import STRING_DTYPE
 
 from encoding_reference import expected_ids, is_null, py_cross, py_hash
 from op_cases import CATEGORIFY_KWARGS, JOIN_GROUPBY_STATS, TARGET_ENCODING_KFOLDS, categorical_frame
@@ -159,7 +160,7 @@ def test_categorify_negative_and_uint64_above_int64_in_one_column_is_a_clear_err
 
 
 def test_categorify_all_null_and_empty_partitions(tmp_path):
-    df = pd.DataFrame({"c": pd.array([None] * 6, dtype="Int64"), "s": pd.Series([None] * 6, dtype="str")})
+    df = pd.DataFrame({"c": pd.array([None] * 6, dtype="Int64"), "s": pd.Series([None] * 6, dtype=STRING_DTYPE)})
     wf, out = fit_transform(Categorify(), ["c", "s"], df, part_size=8)
     assert out["c"].tolist() == [1] * 6 and out["s"].tolist() == [1] * 6
     assert wf.output_schema["c"].properties["cardinality"] == 3

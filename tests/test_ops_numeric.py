@@ -21,6 +21,7 @@ from tabloader.ops.numeric import Bucketize, Clip, LogOp
 from tabloader.ops.sketch import QuantileSketch
 from tabloader.schema import ColumnSchema, Schema, Tags
 from tabloader.workflow import Workflow
+from tabloader.backend import STRING_DTYPE
 
 from op_cases import BUCKETIZE_BOUNDS, numeric_frame
 
@@ -97,8 +98,22 @@ def test_fill_missing_float_columns_match_fillna_by_hand(value):
     df = pd.DataFrame({"f64": x, "f32": x.astype(np.float32)})
     out = FillMissing(value).transform(["f64", "f32"], df)
     for col in ["f64", "f32"]:
-        expected = df[col].where(df[col].notna(), value)  # pandas' own way, kept or upcast as pandas decides
+        if type(value) in (int, float):  # pandas 3 (and numpy 2) cast a Python number to the column's dtype
+            with np.errstate(over="ignore"):
+                expected = pd.Series(np.where(np.isnan(df[col]), df[col].dtype.type(value), df[col]), name=col)
+        else:
+            expected = df[col].where(df[col].notna(), value)  # pandas' own way, kept or upcast as pandas decides
         pd.testing.assert_series_equal(out[col], expected, check_exact=True)
+
+
+def test_fill_a_float32_column_with_a_python_float_keeps_float32():
+    """pandas 2's fillna made float64 of an all-null float32 column filled with 0.1 (pandas 3 does not)."""
+    df = pd.DataFrame({"f": np.array([np.nan, np.nan], dtype=np.float32)})
+    for op in [FillMissing(0.1), FillMedian()]:
+        wf = Workflow(["f"] >> op, progress=False).fit(pd.DataFrame({"f": np.array([0.1, np.nan], np.float32)}))
+        out = wf.transform(df)["f"]
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out.to_numpy(), np.full(2, 0.1, dtype=np.float32))
 
 def rows_from_loader(loader, name):
     """The list rows of column ``name`` over one epoch, rebuilt from the (values, offsets) pairs."""
@@ -246,7 +261,7 @@ def test_fill_median_before_fit_and_wrong_dtype_names_op_column_dtype(frame):
         FillMedian().transform(["a"], frame)
     with pytest.raises(NotFittedError):
         Workflow(["a"] >> FillMedian(), progress=False).transform(frame)
-    df = pd.DataFrame({"s": pd.Series(["x", None, "y"], dtype="str")})
+    df = pd.DataFrame({"s": pd.Series(["x", None, "y"], dtype=STRING_DTYPE)})
     with pytest.raises(TypeError, match=r"FillMedian.*'s'.*str"):
         Workflow(["s"] >> FillMedian(), progress=False).fit(df)
 

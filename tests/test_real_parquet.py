@@ -22,6 +22,9 @@ import pytest
 import tabloader as tl
 from tabloader import Dataset, ops
 from tabloader.dataset import SchemaMismatchError
+from tabloader.backend import STRING_DTYPE
+
+from pandas_versions import read_by_pandas
 
 # The lent GPU image has neither: skip this (CPU-only) module there instead of failing the
 # whole `pytest -m gpu tests` collection.
@@ -173,7 +176,7 @@ def test_csv_integers_with_blanks_are_exact_in_every_block(tmp_path):
     expected = pd.DataFrame({
         "id": pd.array([r[0] for r in rows], dtype="Int64"),
         "x": np.array([np.nan if r[1] is None else r[1] for r in rows]),
-        "s": pd.Series([r[2] for r in rows], dtype="str"),
+        "s": pd.Series([r[2] for r in rows], dtype=STRING_DTYPE),
         "n": pd.array([r[3] for r in rows], dtype="Int64"),
     })
     check_reads(ds, expected)
@@ -195,14 +198,14 @@ def test_hive_folders_written_by_pyarrow(tmp_path):
     assert [(c.name, c.dtype) for c in ds.schema] == [("row", "int64"), ("v", "float64"), ("country", "string"),
                                                       ("year", "int32")]
     expected = pd.DataFrame({"row": np.arange(n), "v": np.arange(n) * 1.5,
-                             "country": pd.Series([["de", "fr", "us"][i % 3] for i in range(n)], dtype="str"),
+                             "country": pd.Series([["de", "fr", "us"][i % 3] for i in range(n)], dtype=STRING_DTYPE),
                              "year": np.array([2023 + i % 2 for i in range(n)], dtype=np.int32)})
     check_dtypes_agree(ds)
     pd.testing.assert_frame_equal(ds.compute().sort_values("row", ignore_index=True), expected)
     assert list(ds.read_partition(0, columns=["year", "row"]).columns) == ["year", "row"]
 
     ds.to_parquet(str(tmp_path / "out"), progress=False)
-    written = pq.read_table(tmp_path / "out").to_pandas()
+    written = read_by_pandas(lambda: pq.read_table(tmp_path / "out").to_pandas())
     pd.testing.assert_frame_equal(written.sort_values("row", ignore_index=True), expected)
 
     rows = loader_column(ds, "row")
@@ -216,7 +219,7 @@ def test_hive_folders_written_by_duckdb_and_a_null_key(tmp_path):
                f"TO '{root}' (FORMAT PARQUET, PARTITION_BY (k, q))")
     ds = Dataset(str(root))
     expected = pd.DataFrame({"v": np.arange(12), "k": np.arange(12).astype(np.int32) % 3,
-                             "q": pd.Series([f"p{i % 2}" for i in range(12)], dtype="str")})
+                             "q": pd.Series([f"p{i % 2}" for i in range(12)], dtype=STRING_DTYPE)})
     pd.testing.assert_frame_equal(ds.compute().sort_values("v", ignore_index=True), expected)
     check_dtypes_agree(ds)
 
@@ -453,13 +456,13 @@ def test_files_with_columns_in_another_order_are_aligned_by_name(tmp_path):
     d.mkdir()
     pq.write_table(pa.table({"a": [1, 2], "b": [0.5, 1.5], "s": ["x", "y"]}), d / "p0.parquet")
     pq.write_table(pa.table({"s": ["z"], "b": [2.5], "a": [3]}), d / "p1.parquet")
-    expected = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "s": pd.Series(["x", "y", "z"], dtype="str")})
+    expected = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "s": pd.Series(["x", "y", "z"], dtype=STRING_DTYPE)})
     for part_size in ("128MB", 1):
         ds = Dataset(str(d), part_size=part_size)
         assert ds.schema.column_names == ["a", "b", "s"]
         check_reads(ds, expected)
     ds.to_parquet(str(tmp_path / "out"), progress=False)
-    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), expected)
+    pd.testing.assert_frame_equal(read_by_pandas(lambda: pq.read_table(tmp_path / "out").to_pandas()), expected)
     assert loader_column(ds, "a") == [1, 2, 3]
 
 
@@ -468,7 +471,7 @@ def test_dictionary_columns_are_read_as_strings(tmp_path):
     values = ["x", "y", None, "x", "z", "y"]
     pd.DataFrame({"c": pd.Categorical(values), "v": range(6)}).to_parquet(tmp_path / "pandas.parquet")
     pl.DataFrame({"c": pl.Series(values, dtype=pl.Categorical), "v": range(6)}).write_parquet(tmp_path / "pl.parquet")
-    expected = pd.DataFrame({"c": pd.Series(values, dtype="str"), "v": np.arange(6)})
+    expected = pd.DataFrame({"c": pd.Series(values, dtype=STRING_DTYPE), "v": np.arange(6)})
     for name in ("pandas.parquet", "pl.parquet"):
         assert pa.types.is_dictionary(pq.read_schema(tmp_path / name).field("c").type)
         ds = Dataset(str(tmp_path / name), part_size=1)
@@ -501,7 +504,7 @@ def test_nested_columns_are_refused_naming_them_and_the_way_out(tmp_path, column
 def test_columns_argument_selects_and_orders(tmp_path):
     pq.write_table(pa.table({"a": [1, 2], "b": [0.5, 1.5], "c": ["x", "y"]}), tmp_path / "f.parquet")
     ds = Dataset(str(tmp_path / "f.parquet"), columns=["c", "a"])
-    check_reads(ds, pd.DataFrame({"c": pd.Series(["x", "y"], dtype="str"), "a": [1, 2]}))
+    check_reads(ds, pd.DataFrame({"c": pd.Series(["x", "y"], dtype=STRING_DTYPE), "a": [1, 2]}))
     with pytest.raises(KeyError, match=r"\['nope'\].*f\.parquet"):
         Dataset(str(tmp_path / "f.parquet"), columns=["a", "nope"])
     pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]}).to_csv(tmp_path / "f.csv", index=False)

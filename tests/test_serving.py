@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import tabloader as tl
 from tabloader import ops, synthetic
+from tabloader.backend import STRING_DTYPE
 
 RNG = np.random.default_rng(0)
 N = 200
@@ -44,7 +45,7 @@ def training_frame() -> pd.DataFrame:
     i[rng.random(N) < 0.1] = pd.NA
     f = rng.normal(2.0, 3.0, N).astype(np.float32)
     f[rng.random(N) < 0.1] = np.nan
-    s = pd.array([f"s{k}" for k in rng.integers(0, 12, N)], dtype="str")
+    s = pd.array([f"s{k}" for k in rng.integers(0, 12, N)], dtype=STRING_DTYPE)
     s[rng.random(N) < 0.1] = pd.NA
     lists = [None if rng.random() < 0.05 else rng.integers(0, 9, rng.integers(0, 4)).tolist() for _ in range(N)]
     return pd.DataFrame({
@@ -151,7 +152,7 @@ def frame_by_hand(request: dict, schema: dict) -> pd.DataFrame:
         elif kind == "float":
             out[name] = np.array([np.nan if v is None else v for v in values], dtype=dtype)
         else:
-            out[name] = pd.array(values, dtype="str")
+            out[name] = pd.array(values, dtype=STRING_DTYPE)
     return pd.DataFrame(out)
 
 

@@ -25,6 +25,7 @@ import tabloader as tl
 from tabloader import ops
 from tabloader.dataset import SchemaMismatchError
 from tabloader.loader import Loader
+from tabloader.backend import STRING_DTYPE
 
 SPARK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "spark")
 
@@ -78,7 +79,7 @@ def typed_expected(rows: list[dict], utc: bool) -> pd.DataFrame:
         "float": floats("float", np.float32),
         "double": floats("double", np.float64),
         "flag": pd.array(values(rows, "flag"), dtype="boolean"),
-        "color": pd.Series(values(rows, "color"), dtype="str"),
+        "color": pd.Series(values(rows, "color"), dtype=STRING_DTYPE),
         "day": arrow_column(rows, "day", pa.date32(), datetime.date.fromisoformat),
         "ts": timestamps(rows, "ts", utc),
         "ts_ntz": timestamps(rows, "ts_ntz"),
@@ -129,7 +130,7 @@ def test_side_files_are_not_data():
 def test_dataset_without_rows():
     ds = tl.Dataset(spark_path("empty"))
     expected = pd.DataFrame({"id": np.array([], np.int64), "x": np.array([], np.float64),
-                             "s": pd.Series([], dtype="str")})
+                             "s": pd.Series([], dtype=STRING_DTYPE)})
     pd.testing.assert_frame_equal(ds.compute().reset_index(drop=True), expected)
 
 
@@ -161,7 +162,7 @@ def test_partition_folders_with_escaped_and_null_keys():
     assert ds.npartitions == 10
     expected = pd.DataFrame({"id": np.array(values(rows, "id"), np.int64),
                              "v": np.array([float(v) for v in values(rows, "v")]),
-                             "country": pd.Series(values(rows, "country"), dtype="str"),
+                             "country": pd.Series(values(rows, "country"), dtype=STRING_DTYPE),
                              "date": arrow_column(rows, "date", pa.date32(), datetime.date.fromisoformat)})
     pd.testing.assert_frame_equal(read_sorted(ds), expected)
     assert {"a b/c=d", "100%", "x:y"} <= set(expected["country"].dropna())
@@ -180,7 +181,7 @@ def hive_typed_expected(rows: list[dict]) -> pd.DataFrame:
                          "dt": arrow_column(rows, "dt", pa.date32(), datetime.date.fromisoformat),
                          "at": timestamps(rows, "at"),
                          "score": np.array([np.nan if v is None else float(v) for v in values(rows, "score")]),
-                         "zip": pd.Series([f"{v:05d}" for v in values(rows, "zip")], dtype="str")})
+                         "zip": pd.Series([f"{v:05d}" for v in values(rows, "zip")], dtype=STRING_DTYPE)})
 
 
 def test_hive_keys_are_typed_as_spark_reads_them_back():
@@ -287,7 +288,7 @@ def criteo_expected(rows: list[dict]) -> pd.DataFrame:
     for name in INTS:
         frame[name] = pd.array(values(rows, name), dtype="Int32")
     for name in CATS:
-        frame[name] = pd.Series(values(rows, name), dtype="str")
+        frame[name] = pd.Series(values(rows, name), dtype=STRING_DTYPE)
     frame["day"] = pd.array(values(rows, "day"), dtype="Int32")  # a null day: __HIVE_DEFAULT_PARTITION__
     return frame
 

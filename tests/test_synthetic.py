@@ -225,7 +225,8 @@ def test_movielens_genres(ml):
 # --------------------------------------------------------------------------------------------
 def read_parts(path: str) -> tuple[list[str], pd.DataFrame, list[int]]:
     files = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))
-    frames = [pd.read_parquet(os.path.join(path, f)) for f in files]
+    with pd.option_context("mode.string_storage", "pyarrow"):  # pandas 2's default is "python"
+        frames = [pd.read_parquet(os.path.join(path, f)) for f in files]
     return files, pd.concat(frames, ignore_index=True), [len(f) for f in frames]
 
 

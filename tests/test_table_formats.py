@@ -21,6 +21,7 @@ import pytest
 import tabloader as tl
 from tabloader.dataset.delta import DeltaTableError
 from tabloader.dataset.table_formats import TableFormatError
+from tabloader.backend import STRING_DTYPE
 
 TABLES = os.path.join(os.path.dirname(__file__), "data", "tables")
 
@@ -40,7 +41,7 @@ def test_a_delta_table_is_its_current_version_not_every_file_in_its_folders():
     assert sum(pq.read_metadata(f).num_rows for f in files) == 9  # every version's files are still there
     rows = deltalake_rows("delta")
     expected = pd.DataFrame({"id": [r["id"] for r in rows], "x": [r["x"] for r in rows],
-                             "dt": pd.Series([r["dt"] for r in rows], dtype="str")})
+                             "dt": pd.Series([r["dt"] for r in rows], dtype=STRING_DTYPE)})
     ds = tl.Dataset(table_path("delta"))
     pd.testing.assert_frame_equal(ds.compute().sort_values("id", ignore_index=True), expected)
 
@@ -50,9 +51,9 @@ def test_a_delta_table_of_commits_only_with_deletes_and_typed_partition_columns(
     key types are the log's, not what the folder names alone suggest (int32 for both)."""
     rows = deltalake_rows("delta_commits")
     ds = tl.Dataset(table_path("delta_commits"))
-    assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "shop": "str", "k": "Int64"}
+    assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "shop": str(STRING_DTYPE), "k": "Int64"}
     expected = pd.DataFrame({"id": [r["id"] for r in rows],
-                             "shop": pd.Series([r["shop"] for r in rows], dtype="str"),
+                             "shop": pd.Series([r["shop"] for r in rows], dtype=STRING_DTYPE),
                              "k": pd.array([r["k"] for r in rows], dtype="Int64")})
     pd.testing.assert_frame_equal(ds.compute().sort_values("id", ignore_index=True), expected)
     # partition_types still has the last word

@@ -444,6 +444,14 @@ def test_save_refuses_anonymous_lambda_and_local_function(tmp_path, frame):
     assert function_name(np.log1p) == "numpy:log1p"
 
 
+def test_a_numpy_ufunc_saves_by_name_and_loads_when_numpy_is_trusted(tmp_path, frame):
+    """numpy 1.x ufuncs carry no __module__/__qualname__ (numpy 2's do): saved all the same."""
+    wf = Workflow(["a"] >> ops.LambdaOp(np.sqrt), progress=False).fit(frame)
+    wf.save(str(tmp_path / "wf"))
+    loaded = Workflow.load(str(tmp_path / "wf"), trusted=[np])  # the module: every numpy function
+    np.testing.assert_array_equal(loaded.transform(frame)["a"].to_numpy(), np.sqrt(frame["a"].to_numpy()))
+
+
 def test_save_refuses_function_of_main(tmp_path):
     def fn(x):
         return x

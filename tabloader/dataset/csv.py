@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.frames import DaskSource
 from tabloader.dataset.source import SchemaMismatchError, checked_columns
@@ -88,10 +89,10 @@ def _csv_header(url: str, kwargs: dict) -> list:
 
 
 def _usual_dtype(dtype: Any) -> Any:
-    """numpy floats for pandas' nullable floats and ``str`` for its NA-string dtype (the dtypes
-    parquet sources have); None for dtypes to keep."""
+    """numpy floats for pandas' nullable floats and ``str`` (:data:`backend.STRING_DTYPE`) for its
+    NA-string dtype (the dtypes parquet sources have); None for dtypes to keep."""
     if isinstance(dtype, (pd.Float32Dtype, pd.Float64Dtype)):
         return dtype.numpy_dtype
     if isinstance(dtype, pd.StringDtype) and dtype.na_value is pd.NA:
-        return "str"
+        return backend.STRING_DTYPE
     return None

@@ -9,8 +9,8 @@ Example:
     >>> import pandas as pd
     >>> from tabloader.ops.hashing import HashBucket
     >>> out = HashBucket(10).transform(["c"], pd.DataFrame({"c": ["a", None, "a"]}))
-    >>> out["c"].tolist()[1], out["c"].iloc[0] == out["c"].iloc[2], 1 <= out["c"].iloc[0] < 10
-    (0, np.True_, np.True_)
+    >>> out["c"].tolist()[1], bool(out["c"].iloc[0] == out["c"].iloc[2]), bool(1 <= out["c"].iloc[0] < 10)
+    (0, True, True)
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class HashBucket(Operator):
     --------
     >>> import pandas as pd
     >>> out = HashBucket(100).transform(["c"], pd.DataFrame({"c": [7, None, 7]}, dtype="Int64"))
-    >>> out["c"].tolist()[1], out["c"].iloc[0] == out["c"].iloc[2]
-    (0, np.True_)
+    >>> out["c"].tolist()[1], bool(out["c"].iloc[0] == out["c"].iloc[2])
+    (0, True)
     """
 
     device_note = "Hashes with CuPy (strings by a CuPy kernel over the cuDF column's bytes): the CPU's bits."
@@ -120,8 +120,8 @@ class HashedCross(Operator):
     >>> import pandas as pd
     >>> df = pd.DataFrame({"a": [1, 1, None], "b": ["x", "x", None]})
     >>> out = HashedCross(50).transform([("a", "b")], df)
-    >>> out.columns.tolist(), out["a_b"].iloc[0] == out["a_b"].iloc[1], out["a_b"].iloc[2]
-    (['a_b'], np.True_, np.int64(0))
+    >>> out.columns.tolist(), bool(out["a_b"].iloc[0] == out["a_b"].iloc[1]), int(out["a_b"].iloc[2])
+    (['a_b'], True, 0)
     """
 
     device_note = "Hashes with CuPy (strings by a CuPy kernel over the cuDF column's bytes): the CPU's bits."

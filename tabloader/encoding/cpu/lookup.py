@@ -48,7 +48,7 @@ class ValueLookup:
             uniques = [pd.unique(k.to_numpy() if kind != "str" else k) for k, kind in zip(keys, kinds)]
             self.levels = [_key_index(pd.Series(u), kind) for u, kind in zip(uniques, kinds)]
             codes = [self._find(level, normalize_column(op, what, k)) for level, k in zip(self.levels, keys)]
-            self.combined = pd.Index(self._combine(codes))
+            self.combined = _hashed_index(self._combine(codes))
 
     def _combine(self, codes: list[np.ndarray]) -> np.ndarray:
         out = np.zeros(len(codes[0]), dtype=np.int64)
@@ -98,6 +98,15 @@ def _key_index(values: pd.Series, kind: str) -> Any:
     return IntKeys(np.zeros(0, np.int64))
 
 
+def _hashed_index(keys: np.ndarray) -> pd.Index:
+    """A ``pd.Index`` of ``keys`` with its hash table built now, before threads share it: pandas
+    2 builds it on first use without a lock, and threads querying a fresh Index at once saw it
+    holding duplicates (InvalidIndexError from get_indexer)."""
+    index = pd.Index(keys)
+    index.is_unique  # noqa: B018  (asking builds the hash table)
+    return index
+
+
 #: Queries of at most this many values (serving requests, small partitions) are found by binary
 #: search: a hash lookup costs ~80 us of pandas overhead per call whatever the query's size.
 SMALL_QUERY = 1024
@@ -108,7 +117,7 @@ class IntKeys:
 
     Keys spanning a range at most a few times their number get a direct-address table (a
     query is one subtraction, a clip and a gather: 2.5-5x faster than a hash lookup); others a
-    hash index (``pd.Index.get_indexer``, its hash table built on first use and kept), or for
+    hash index (``pd.Index.get_indexer``, its hash table built with the keys and kept), or for
     queries of at most :data:`SMALL_QUERY` values a binary search in the sorted keys.
     """
 
@@ -125,7 +134,7 @@ class IntKeys:
                 self.low_bits = low.astype(self.dtype).view(np.uint64)
                 self.table = np.full(span + 2, -1, dtype=np.int64)  # [span + 1]: every value outside
                 self.table[(keys.view(np.uint64) - self.low_bits).view(np.int64)] = np.arange(self.size)
-        self.index = pd.Index(keys) if self.table is None else None
+        self.index = _hashed_index(keys) if self.table is None else None
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None  # (order, sorted keys), built on first use
 
     def __len__(self) -> int:
@@ -167,7 +176,7 @@ class FloatKeys:
     kind = "float"
 
     def __init__(self, keys: np.ndarray) -> None:
-        self.index = pd.Index(keys)
+        self.index = _hashed_index(keys)
 
     def __len__(self) -> int:
         return len(self.index)
