@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
 
 from tabloader.allocator import glibc_library
@@ -79,6 +80,9 @@ def test_the_users_own_malloc_settings_are_left_alone():
     assert r["inside"] > 30 * 2000, r
 
 
+@pytest.mark.skipif(int(pd.__version__.split(".")[0]) < 3, reason=(
+    "pandas 2 (no copy-on-write) copies every multi-column output once more per pass, about a "
+    "partition's worth of fresh pages whatever the allocator does: the reuse this checks is pandas 3's"))
 def test_a_workflow_run_reuses_its_memory_and_hands_it_back():
     """Fit and transform run their partitions inside the block: the second transform of the
     same data faults far fewer pages in than without tuning, and nothing stays held after."""

@@ -115,6 +115,7 @@ def test_fill_a_float32_column_with_a_python_float_keeps_float32():
         assert out.dtype == np.float32
         np.testing.assert_array_equal(out.to_numpy(), np.full(2, 0.1, dtype=np.float32))
 
+
 def rows_from_loader(loader, name):
     """The list rows of column ``name`` over one epoch, rebuilt from the (values, offsets) pairs."""
     rows = []
