@@ -125,6 +125,8 @@ def with_added(actions, **fields):
     (lambda acts: with_added(acts, path="s3://elsewhere/part-0.parquet"), r"names the data file 's3://elsewhere/"
                                                                              r"part-0\.parquet', outside the table's"),
     (lambda acts: with_added(acts, path="..%2F..%2Fsecret.parquet"), r"outside the table's folder"),
+    (lambda acts: with_added(acts, path="ab/part-0.parquet"), r"'ab/part-0\.parquet', not under column=value "
+                                                               r"folders for its partition column\(s\) \['shop', 'k'\]"),
     (lambda acts: acts + [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
                                         "readerFeatures": ["variantType"], "writerFeatures": ["variantType"]}}],
      r"reader feature\(s\) \['variantType'\]"),

@@ -148,6 +148,7 @@ class _State:
     def version(self, root: str, number: int) -> DeltaVersion:
         self._check_readable(root)
         paths = sorted(_data_path(root, add["path"]) for add in self.files.values())
+        self._check_partition_folders(root)
         return DeltaVersion(number, paths, self._partition_types())
 
     def _check_readable(self, root: str) -> None:
@@ -167,6 +168,18 @@ class _State:
                                   f"{len(with_deletions) - 1} other(s)) has rows deleted by a deletion vector, "
                                   "which a parquet reader cannot see; run OPTIMIZE/REORG ... APPLY (PURGE) on it or "
                                   "write the version you want to plain parquet")
+
+    def _check_partition_folders(self, root: str) -> None:
+        """Partition values are read from the files' ``column=value`` folders (hive style, as
+        Spark and delta-rs write them); a file without them (random prefixes) is refused."""
+        columns = self.metadata.get("partitionColumns") or ()
+        for path in self.files:
+            folders = {part.split("=", 1)[0] for part in unquote(path).split("/")[:-1] if "=" in part}
+            missing = [c for c in columns if c not in folders]
+            if missing:
+                raise DeltaTableError(f"{root}: the Delta log names the data file {path!r}, not under column=value "
+                                      f"folders for its partition column(s) {missing} (randomized file prefixes?); "
+                                      "tabloader reads partition values from those folders")
 
     def _partition_types(self) -> dict[str, str]:
         fields = json.loads(self.metadata.get("schemaString") or '{"fields": []}')["fields"]
