@@ -89,6 +89,13 @@ def test_a_duckdb_result_feeds_a_workflow_and_the_loader():
     assert rows.groupby(rows["id"] % 3)["city"].nunique().tolist() == [1, 1, 1]
 
 
+def test_a_polars_array_column_is_a_list_column_of_its_width():
+    frame = pl.DataFrame({"emb": [[1.0, 2.0], [3.0, 4.0]]}, schema={"emb": pl.Array(pl.Float32, 2)})
+    ds = tl.Dataset(frame)
+    assert ds.schema["emb"].is_list and ds.schema["emb"].properties["value_count"] == {"min": 2, "max": 2}
+    assert [list(v) for v in ds.compute()["emb"]] == [[1.0, 2.0], [3.0, 4.0]]
+
+
 def test_nested_columns_are_refused_naming_the_column():
     table = pa.table({"id": [1], "address": pa.array([{"street": "x"}])})
     with pytest.raises(TypeError, match=r"the Arrow table: column 'address' has type struct"):

@@ -213,7 +213,8 @@ def test_keras_adapter_and_tf_data_yield_padded_tensors(sessions):
 @pytest.mark.parametrize("writer", ["pyarrow", "polars"])
 def test_vectors_of_a_fixed_size_are_dense_rows(tmp_path, writer, device):
     """Embedding vectors stored as fixed-size lists (pyarrow's ``fixed_size_list``, polars'
-    ``Array``) are list columns: ``lists=`` hands them on as a (rows, width) array."""
+    ``Array``) are list columns whose width is the schema's value_count: ``lists={"emb":
+    "schema"}`` hands them on as a (rows, width) array."""
     import polars as pl
 
     n, width = 30, 8
@@ -226,8 +227,9 @@ def test_vectors_of_a_fixed_size_are_dense_rows(tmp_path, writer, device):
                      ).write_parquet(tmp_path / "v.parquet")
     assert pa.types.is_fixed_size_list(pq.read_schema(tmp_path / "v.parquet").field("emb").type)
     ds = tl.Dataset(str(tmp_path / "v.parquet"), device=device)
+    assert ds.schema["emb"].properties["value_count"] == {"min": width, "max": width}
     rows = {}
-    for features, _ in Loader(ds, 7, continuous=["id", "emb"], lists={"emb": width}, device=device, seed=1):
+    for features, _ in Loader(ds, 7, continuous=["id", "emb"], lists={"emb": "schema"}, device=device, seed=1):
         for i, row in zip(host(features["id"]).tolist(), host(features["emb"])):
             rows[i] = row
     assert sorted(rows) == list(range(n)) and all(np.array_equal(rows[i], vectors[i]) for i in range(n))

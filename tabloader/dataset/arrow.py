@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tabloader import backend
-from tabloader.dataset.parquet_layout import decoded
+from tabloader.dataset.parquet_layout import decoded, fixed_list_widths
 from tabloader.dataset.frames import RowRangeSource
 from tabloader.dataset.source import checked_columns, refuse_unsupported_types
 
@@ -87,6 +87,9 @@ class ArrowSource(RowRangeSource):
     @property
     def arrow_schema(self) -> Any:
         return self._arrow_schema
+
+    def list_widths(self) -> dict[str, int]:
+        return fixed_list_widths(self.table.schema)
 
     def meta(self) -> Any:
         return backend.from_arrow(self._arrow_schema.empty_table(), self.device, self.nullable)

@@ -109,7 +109,9 @@ class Dataset:
             schema = Schema.load(schema)
         arrow_schema = self._source.arrow_schema
         refuse_unsupported_types(arrow_schema, self._source.describe())
-        inferred = Schema.from_arrow(arrow_schema)
+        widths = self._source.list_widths()  # vectors keep their width: lists={"emb": "schema"} works
+        inferred = Schema(c.with_properties(value_count={"min": widths[c.name], "max": widths[c.name]})
+                          if c.name in widths else c for c in Schema.from_arrow(arrow_schema))
         if schema is None:
             schema = self._source.saved_schema()
         if schema is None:

@@ -21,8 +21,8 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
-from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_widths, hive_keys,
-                                              in_memory_bytes, key_columns, read_footer)
+from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_list_widths, fixed_widths,
+                                              hive_keys, in_memory_bytes, key_columns, read_footer)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 
 
@@ -81,6 +81,7 @@ class ParquetSource(Source):
         names = checked_columns([*stored[0], *(k for k in key_types if k not in stored[0])], columns, files.paths[0])
         self._arrow_schema = pa.schema([pa.field(n, fields[0][n] if n in fields[0] else key_types[n]) for n in names])
         self.partition_keys = tuple(n for n in names if n in key_types)
+        self._list_widths = {n: w for n, w in fixed_list_widths(footers[0].arrow_schema).items() if n in names}
         metadata = [f.metadata for f in footers]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys)
         widths = fixed_widths(self._arrow_schema)
@@ -98,6 +99,9 @@ class ParquetSource(Source):
     @property
     def arrow_schema(self) -> Any:
         return self._arrow_schema
+
+    def list_widths(self) -> dict[str, int]:
+        return self._list_widths
 
     def meta(self) -> Any:
         return backend.from_arrow(self._arrow_schema.empty_table(), self.device, self.nullable)

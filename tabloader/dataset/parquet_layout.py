@@ -207,6 +207,20 @@ def file_fields(arrow_schema: Any, key_types: Mapping[str, Any] = {}) -> dict[st
             if not f.name.startswith("__index_level_") and f.name not in key_types}
 
 
+def fixed_list_widths(arrow_schema: Any) -> dict[str, int]:
+    """Name -> width of the fixed-size list columns (vectors) of ``arrow_schema``: read as lists
+    (:func:`decoded`), they keep their width as the schema's ``value_count``.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> fixed_list_widths(pa.schema([("emb", pa.list_(pa.float32(), 8)), ("ids", pa.list_(pa.int64()))]))
+        {'emb': 8}
+    """
+    import pyarrow as pa
+
+    return {f.name: f.type.list_size for f in arrow_schema if pa.types.is_fixed_size_list(f.type)}
+
+
 def decoded(arrow_type: Any) -> Any:
     """The type a column is read as: dictionary-encoded values (also list elements) decoded,
     so that every partition, and the meta, has the values' dtype rather than a categorical;

@@ -89,6 +89,10 @@ class Source(abc.ABC):
     def summary(self) -> str:
         """A few words for ``repr``: ``"3 parquet file(s)"``, ``"a DataFrame"``."""
 
+    def list_widths(self) -> dict[str, int]:
+        """Name -> width of the list columns whose lists all have one length (fixed-size lists)."""
+        return {}
+
     def dask_frame(self) -> Any:
         """The Dask DataFrame this source is, if it is one (else None)."""
         return None
