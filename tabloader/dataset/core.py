@@ -60,8 +60,9 @@ class Dataset:
     Spark, DuckDB and polars type them: integers, floats, dates (``dt=2024-01-31``) and
     timestamps (``2024-01-31 10:00:00``) when every value of the key parses as one, without
     leading zeros (``zip=01234`` stays a string), else strings (``partition_types`` overrides
-    that; a key the files also store keeps their column's type); files may order their columns differently (the first file's order is used); dictionary-encoded
-    columns are read as their values. Struct, map and list-of-list columns are refused here,
+    that; a key the files also store keeps their column's type); files may order their columns
+    differently (the first file's order is used); dictionary-encoded columns are read as their
+    values. Struct, map and list-of-list columns are refused here,
     naming the column: leave them out with ``columns=``. A Delta Lake table's folder is read as
     its current version (the files its log lists); Iceberg and Hudi table folders are refused.
 

@@ -153,8 +153,8 @@ def _key_type(name: str, given: Any) -> Any:
 
 def _typed_key_values(name: str, values: list[str], wanted: tuple[Any, str] | None, paths: Sequence[str]) -> Any:
     """A key's folder values as an arrow array of the type ``wanted`` gives (with the reason for
-    it: a value that does not parse is refused naming both), else of the first type of :data:`_INFERRED` they all parse as, else
-    the strings."""
+    it: a value that does not parse is refused naming both), else of the first type of
+    :data:`_INFERRED` they all parse as, else the strings."""
     import pyarrow as pa
 
     strings = pa.array(values, pa.string())
@@ -224,8 +224,9 @@ def fixed_list_widths(arrow_schema: Any) -> dict[str, int]:
 def decoded(arrow_type: Any) -> Any:
     """The type a column is read as: dictionary-encoded values (also list elements) decoded,
     so that every partition, and the meta, has the values' dtype rather than a categorical;
-    fixed-size lists (vectors: polars' ``Array``, embeddings) as lists; list elements nullable, whether or not a file declares them required (Spark's
-    ``containsNull=false``), so that files differing only in that agree.
+    fixed-size lists (vectors: polars' ``Array``, embeddings) as lists; list elements nullable,
+    whether or not a file declares them required (Spark's ``containsNull=false``), so that files
+    differing only in that agree.
 
     Example:
         >>> import pyarrow as pa
