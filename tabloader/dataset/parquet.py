@@ -74,7 +74,7 @@ class ParquetSource(Source):
         if files.key_types and not isinstance(partition_types, str):  # a Delta table's, unless the user's
             partition_types = {**files.key_types, **(partition_types or {})}
         key_types, keys = hive_keys(files.paths, files.bases, partition_types, stored)
-        fields = [file_fields(f.arrow_schema, key_types) for f in footers]
+        fields = [{n: t for n, t in found.items() if n not in key_types} for found in stored]  # keys: from folders
         check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}
                                         for found, pairs in zip(fields, keys)], columns)
         # A key the files also store keeps its place among their columns (as polars and DuckDB show it).

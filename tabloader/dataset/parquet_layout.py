@@ -160,10 +160,11 @@ def _typed_key_values(name: str, values: list[str], wanted: tuple[Any, str] | No
     strings = pa.array(values, pa.string())
     if wanted is not None:
         return _cast_key_values(name, strings, *wanted, paths)
+    known = key_types()
     for type_name, shape in _INFERRED:
         if all(re.fullmatch(shape, v) for v in values):
             try:
-                return strings.cast(key_types()[type_name])
+                return strings.cast(known[type_name])
             except pa.ArrowInvalid:
                 continue
     return strings
@@ -199,12 +200,11 @@ def key_columns(keys: Sequence[tuple[str, Any]], target: Any, num_rows: int) -> 
 
 
 # Column types as read.
-def file_fields(arrow_schema: Any, key_types: Mapping[str, Any] = {}) -> dict[str, Any]:
+def file_fields(arrow_schema: Any) -> dict[str, Any]:
     """Name -> type of a file's columns as they are read: dictionary-encoded columns decoded,
-    pandas' stored index left out, and the partition keys in ``key_types`` left out too (a key
-    the file also stores is read from its folder, see :func:`hive_keys`)."""
-    return {f.name: decoded(f.type) for f in arrow_schema
-            if not f.name.startswith("__index_level_") and f.name not in key_types}
+    pandas' stored index left out (a partition key the file also stores is among them; the
+    dataset reads it from its folder, see :func:`hive_keys`)."""
+    return {f.name: decoded(f.type) for f in arrow_schema if not f.name.startswith("__index_level_")}
 
 
 def fixed_list_widths(arrow_schema: Any) -> dict[str, int]:
