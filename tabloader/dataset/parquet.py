@@ -22,7 +22,7 @@ import numpy as np
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_list_widths, fixed_widths,
-                                              hive_keys, in_memory_bytes, key_columns, read_footer)
+                                              hive_keys, in_memory_bytes, int96_columns, key_columns, read_footer)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 
 
@@ -83,6 +83,7 @@ class ParquetSource(Source):
         self.partition_keys = tuple(n for n in names if n in key_types)
         self._list_widths = {n: w for n, w in fixed_list_widths(footers[0].arrow_schema).items() if n in names}
         metadata = [f.metadata for f in footers]
+        self._int96 = frozenset().union(*(int96_columns(m) for m in metadata)) - set(key_types)
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys)
         widths = fixed_widths(self._arrow_schema)
         pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs)
@@ -159,16 +160,25 @@ class ParquetSource(Source):
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
 
     def _read_piece_frame(self, piece: Piece, target: Any) -> Any:
-        try:
-            frame = backend.read_parquet(piece.path, self._file_columns(target), piece.row_groups, device=self.device,
-                                         filesystem=self.files.fs)  # paths are spelled as the dataset's fs spells them
-        except Exception as exc:
-            raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
+        columns = self._file_columns(target)
         keys = key_columns(piece.partition, target, 1)  # one row, repeated on the device
+        frame = None
+        if columns or not keys.num_columns:  # cuDF reads no rows without a column: keys alone make the rows
+            try:
+                frame = backend.read_parquet(piece.path, columns, piece.row_groups, device=self.device,
+                                             filesystem=self.files.fs,  # paths are spelled as the dataset's fs spells them
+                                             host_columns=self._int96)
+            except Exception as exc:
+                raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
         if keys.num_columns:
-            key_frame = backend.from_arrow(keys, self.device)
-            for name in keys.column_names:
-                frame[name] = key_frame[name].repeat(len(frame)).reset_index(drop=True)
+            rows = piece.num_rows if frame is None else len(frame)
+            one_row = backend.from_arrow(keys, self.device)
+            repeated = {name: one_row[name].repeat(rows).reset_index(drop=True) for name in keys.column_names}
+            if frame is None:
+                frame = backend.frame_from_columns(repeated, None, like=one_row)
+            else:
+                for name, values in repeated.items():
+                    frame[name] = values
         # The dtypes of the meta, whatever the file's own: as _conform does for arrow tables.
         return conform_dtypes(frame, self._device_dtypes[target.names], piece.path)
 
