@@ -209,7 +209,7 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
         True
     """
     if resolve_device(device) == "cuda":
-        return cudf().DataFrame.from_arrow(table)
+        return cudf().DataFrame.from_arrow(cudf_arrow_table(table))
     if copy or table.schema.pandas_metadata or len(set(table.column_names)) < table.num_columns \
             or not table.num_columns:
         return _to_pandas(table, nullable)
@@ -218,6 +218,26 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
     converted = _to_pandas(table.select(rest), nullable) if rest else {}
     return pd.DataFrame({name: converted[name] if values is None else values for name, values in shared.items()},
                         copy=False)
+
+
+def cudf_arrow_table(table: Any) -> Any:
+    """``table`` with its ``large_list`` columns (polars' lists) as lists: cuDF's ``from_arrow``
+    gives them no dtype (``cudf_dtype_from_pa_type`` knows only ``list``), though its list
+    columns hold them once their offsets fit in 32 bits.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> t = pa.table({"l": pa.array([[1], [2, 3]], pa.large_list(pa.int64())), "n": [1, 2]})
+        >>> [str(f.type) for f in cudf_arrow_table(t).schema]
+        ['list<item: int64>', 'int64']
+    """
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_large_list(field.type):
+            as_list = pa.list_(field.type.value_field)
+            table = table.set_column(i, field.with_type(as_list), table.column(i).cast(as_list))
+    return table
 
 
 def _to_pandas(table: Any, nullable: Collection[str]) -> Any:

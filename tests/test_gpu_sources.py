@@ -40,10 +40,14 @@ def spark_path(name: str) -> str:
 
 
 def converted(frame: pd.DataFrame):
-    """A CPU frame as cuDF holds it (the test's own conversion, through arrow)."""
+    """A CPU frame as cuDF holds it (the test's own conversion, through arrow; cuDF's lists have
+    32-bit offsets: large lists, polars' lists, as lists)."""
     import cudf
 
-    return cudf.DataFrame.from_arrow(pa.Table.from_pandas(frame, preserve_index=False))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    schema = pa.schema([f.with_type(pa.list_(f.type.value_field)) if pa.types.is_large_list(f.type) else f
+                        for f in table.schema])
+    return cudf.DataFrame.from_arrow(table.cast(schema))
 
 
 def assert_gpu_reads_as_cpu(path_or_data, **options) -> None:
@@ -126,8 +130,9 @@ def arrow_data(kind: str):
     vectors = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
     columns = {"id": np.arange(n), "n": [None if i % 6 == 0 else i for i in range(n)],
                "city": [["berlin", "paris", None][i % 3] for i in range(n)],
-               "day": [datetime.date(2024, 1, 1 + i % 28) for i in range(n)]}
-    if kind == "polars":  # Categorical, string views, Array
+               "day": [datetime.date(2024, 1, 1 + i % 28) for i in range(n)],
+               "items": [list(range(i % 4)) for i in range(n)]}
+    if kind == "polars":  # Categorical, string views, Array, large lists
         return pl.DataFrame({**columns, "emb": vectors}, schema_overrides={"city": pl.Categorical,
                                                                            "emb": pl.Array(pl.Float32, 4)})
     table = pa.table(columns)
@@ -158,6 +163,18 @@ def test_fixed_size_lists_read_by_cudf_are_lists_of_their_width(tmp_path, writer
     ds = tl.Dataset(str(tmp_path / "v.parquet"), device="cuda")
     assert ds.schema["emb"].properties["value_count"] == {"min": width, "max": width}
     assert ds.compute()["emb"].to_arrow().to_pylist() == vectors.tolist()
+
+
+@gpu
+def test_polars_lists_on_the_gpu(tmp_path):
+    """polars' lists are large lists (in memory, and in the arrow schema of its files), which
+    cuDF's from_arrow gave no dtype: the GPU meta of such files failed."""
+    frame = pl.DataFrame({"id": range(6), "items": [[1, 2], [], [3], [4, 5, 6], [7], [8]],
+                          "words": [["a"], ["b", "c"], [], ["d"], ["e"], ["f", "g"]]})
+    frame.write_parquet(tmp_path / "l.parquet", row_group_size=2)
+    assert pa.types.is_large_list(pq.read_schema(tmp_path / "l.parquet").field("items").type)
+    assert_gpu_reads_as_cpu(str(tmp_path / "l.parquet"), part_size=1)
+    assert_gpu_reads_as_cpu(frame, part_size=64)
 
 
 # --- Spark's types --------------------------------------------------------------------------------
@@ -261,3 +278,11 @@ def test_types_cudf_has_pass(arrow_type):
 def test_int96_columns_are_found_in_the_footer(name, expected):
     first = sorted(f for f in os.listdir(spark_path(name)) if f.endswith(".parquet"))[0]
     assert int96_columns(pq.ParquetFile(os.path.join(spark_path(name), first)).metadata) == expected
+
+
+def test_large_lists_are_given_to_cudf_as_lists():
+    table = pa.table(pl.DataFrame({"items": [[1, 2], None, [3]], "n": [1, 2, 3]}))
+    assert pa.types.is_large_list(table.schema.field("items").type)  # what this test is about
+    out = backend.cudf_arrow_table(table)
+    assert out.schema.field("items").type == pa.list_(pa.field("item", pa.int64()))
+    assert out.to_pylist() == [{"items": [1, 2], "n": 1}, {"items": None, "n": 2}, {"items": [3], "n": 3}]
