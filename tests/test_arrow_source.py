@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import datetime
 
-import duckdb
 import numpy as np
 import pandas as pd
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -65,6 +63,7 @@ def test_a_record_batch_and_selected_columns():
 
 
 def test_a_polars_frame_with_categoricals_and_string_views():
+    pl = pytest.importorskip("polars")  # not on the GPU machines' image
     frame = pl.DataFrame({"user": pl.Series(["a", "b", None, "a"], dtype=pl.Categorical),
                           "name": ["x", None, "z", "x"], "n": [1, 2, None, 4]})
     assert pa.table(frame).schema.field("name").type == pa.string_view()  # what this test is about
@@ -82,6 +81,7 @@ def as_is(col):
 def test_a_duckdb_result_feeds_a_workflow_and_the_loader():
     """DuckDB's ``i * 0.5`` is a DECIMAL: the loader refuses it, saying to cast it to a float
     first, and the cast it suggests works."""
+    duckdb = pytest.importorskip("duckdb")  # not on the GPU machines' image
     result = duckdb.sql("SELECT i AS id, 'c' || (i % 3) AS city, i * 0.5 AS x FROM range(20) t(i)")
     assert pa.types.is_decimal(pa.table(result).schema.field("x").type)
     with pytest.raises(TypeError, match=r"column 'x' has dtype 'decimal128\(21, 1\)'.*cast it to a float"):
@@ -97,6 +97,7 @@ def test_a_duckdb_result_feeds_a_workflow_and_the_loader():
 
 
 def test_a_polars_array_column_is_a_list_column_of_its_width():
+    pl = pytest.importorskip("polars")  # not on the GPU machines' image
     frame = pl.DataFrame({"emb": [[1.0, 2.0], [3.0, 4.0]]}, schema={"emb": pl.Array(pl.Float32, 2)})
     ds = tl.Dataset(frame)
     assert ds.schema["emb"].is_list and ds.schema["emb"].properties["value_count"] == {"min": 2, "max": 2}
