@@ -315,7 +315,7 @@ def refuse_device_types(arrow_schema: Any, device: str, where: str) -> None:
         >>> refuse_device_types(pa.schema([("blob", pa.binary())]), "cuda", "f.parquet")
         Traceback (most recent call last):
         ...
-        TypeError: f.parquet: column 'blob' has type binary, and cuDF has no binary type: device='cuda' cannot read it; leave it out with Dataset(..., columns=[...]), or read it with device='cpu'
+        TypeError: f.parquet: column 'blob' has type binary, and cuDF has no binary type: device='cuda' ...
     """
     if device != "cuda":
         return

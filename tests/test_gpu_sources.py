@@ -208,7 +208,8 @@ def test_int96_dates_past_2262_do_not_wrap_on_the_gpu():
 
 @gpu
 def test_a_binary_column_is_refused_on_the_gpu_naming_it():
-    with pytest.raises(TypeError, match=r"column 'blob' has type binary, and cuDF has no binary type.*columns=\[\.\.\.\]"):
+    with pytest.raises(TypeError, match=r"column 'blob' has type binary, and cuDF has no binary type.*"
+                                        r"columns=\[\.\.\.\]"):
         tl.Dataset(spark_path("types"), device="cuda")
 
 

@@ -165,9 +165,9 @@ class ParquetSource(Source):
         frame = None
         if columns or not keys.num_columns:  # cuDF reads no rows without a column: keys alone make the rows
             try:
+                # the paths are spelled as the dataset's file system spells them
                 frame = backend.read_parquet(piece.path, columns, piece.row_groups, device=self.device,
-                                             filesystem=self.files.fs,  # paths are spelled as the dataset's fs spells them
-                                             host_columns=self._int96)
+                                             filesystem=self.files.fs, host_columns=self._int96)
             except Exception as exc:
                 raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
         if keys.num_columns:
