@@ -221,22 +221,27 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
 
 
 def cudf_arrow_table(table: Any) -> Any:
-    """``table`` with its ``large_list`` columns (polars' lists) as lists: cuDF's ``from_arrow``
-    gives them no dtype (``cudf_dtype_from_pa_type`` knows only ``list``), though its list
-    columns hold them once their offsets fit in 32 bits.
+    """``table`` with the column types cuDF's ``from_arrow`` lacks as those it has: ``large_list``
+    (polars' lists) as lists (``cudf_dtype_from_pa_type`` knows only ``list``; cuDF's lists hold
+    them while their offsets fit in 32 bits), and ``date64`` as ``timestamp[ms]`` (libcudf's
+    arrow interop has no date64; cuDF's dates are timestamps at midnight anyway).
 
     Example:
         >>> import pyarrow as pa
-        >>> t = pa.table({"l": pa.array([[1], [2, 3]], pa.large_list(pa.int64())), "n": [1, 2]})
+        >>> t = pa.table({"l": pa.array([[1], [2, 3]], pa.large_list(pa.int64())), "d": pa.array([0, 0], pa.date64())})
         >>> [str(f.type) for f in cudf_arrow_table(t).schema]
-        ['list<item: int64>', 'int64']
+        ['list<item: int64>', 'timestamp[ms]']
     """
     import pyarrow as pa
 
     for i, field in enumerate(table.schema):
         if pa.types.is_large_list(field.type):
-            as_list = pa.list_(field.type.value_field)
-            table = table.set_column(i, field.with_type(as_list), table.column(i).cast(as_list))
+            supported = pa.list_(field.type.value_field)
+        elif pa.types.is_date64(field.type):
+            supported = pa.timestamp("ms")
+        else:
+            continue
+        table = table.set_column(i, field.with_type(supported), table.column(i).cast(supported))
     return table
 
 

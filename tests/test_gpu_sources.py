@@ -191,6 +191,14 @@ def test_large_lists_on_the_gpu(tmp_path, writer):
     assert_gpu_reads_as_cpu(data, part_size=64)
 
 
+@gpu
+def test_a_date64_column_in_memory_is_read_as_midnight_timestamps_on_the_gpu():
+    days = [datetime.date(2024, 1, 2), None, datetime.date(1999, 12, 31)]
+    got = tl.Dataset(pa.table({"d": pa.array(days, pa.date64())}), device="cuda").compute()["d"]
+    assert got.to_arrow().to_pylist() == [None if d is None else datetime.datetime(d.year, d.month, d.day)
+                                          for d in days]
+
+
 # --- Spark's types --------------------------------------------------------------------------------
 @gpu
 @pytest.mark.parametrize("name", ["types", "legacy", "micros"])  # INT96 / legacy lists and decimals / zoned micros
@@ -295,8 +303,13 @@ def test_int96_columns_are_found_in_the_footer(name, expected):
     assert int96_columns(pq.ParquetFile(os.path.join(spark_path(name), first)).metadata) == expected
 
 
-def test_large_lists_are_given_to_cudf_as_lists():
-    table = pa.table({"items": pa.array([[1, 2], None, [3]], pa.large_list(pa.int64())), "n": [1, 2, 3]})
+def test_large_lists_and_date64_are_given_to_cudf_as_types_it_has():
+    days = [datetime.date(2024, 1, 2), None, datetime.date(1999, 12, 31)]
+    table = pa.table({"items": pa.array([[1, 2], None, [3]], pa.large_list(pa.int64())), "n": [1, 2, 3],
+                      "d": pa.array(days, pa.date64())})
     out = backend.cudf_arrow_table(table)
     assert out.schema.field("items").type == pa.list_(pa.field("item", pa.int64()))
-    assert out.to_pylist() == [{"items": [1, 2], "n": 1}, {"items": None, "n": 2}, {"items": [3], "n": 3}]
+    assert out.schema.field("d").type == pa.timestamp("ms")
+    assert out.column("items").to_pylist() == [[1, 2], None, [3]] and out.column("n").to_pylist() == [1, 2, 3]
+    assert out.column("d").to_pylist() == [None if d is None else datetime.datetime(d.year, d.month, d.day)
+                                           for d in days]
