@@ -118,5 +118,5 @@ def _how_to_encode(dtype: str | None, np_dtype: Any) -> str:
         return ("turn it into numbers first, for instance with a LambdaOp returning col.dt.weekday or "
                 "col.dt.hour (Categorify takes no dates or times)")
     if str(dtype).startswith("decimal"):
-        return "cast it to a float first, for instance with LambdaOp(f, dtype='float64') returning the column"
+        return "cast it to a float first: ops.AsType('float32') in the workflow"
     return "encode it first (for instance with a Categorify op)"

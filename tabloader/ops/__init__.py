@@ -5,6 +5,7 @@ Example:
     >>> node = ["I1", "I2"] >> ops.FillMissing(0) >> ops.LogOp >> ops.Normalize()
 """
 
+from tabloader.ops.astype import AsType
 from tabloader.ops.base import NotFittedError, Operator, StatOperator
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.columns import AddProperties, AddTags, ReduceDtypeSize, Rename
@@ -28,7 +29,7 @@ __all__ = [
     "Operator", "StatOperator", "NotFittedError",
     "Categorify", "HashBucket", "HashedCross", "JoinGroupby", "TargetEncoding",
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
-    "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
+    "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "AsType", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
     "Groupby", "JoinExternal", "DropLowCardinality", "DataStats",
     "get_embedding_sizes",
