@@ -81,6 +81,8 @@ CASES = {
     "AddTags": (lambda: ["g", "f"] >> ops.AddTags(["user"]), True),
     "AddProperties": (lambda: ["g", "f"] >> ops.AddProperties(note="x"), True),
     "ReduceDtypeSize": (lambda: ["g", "f"] >> ops.ReduceDtypeSize(), False),
+    "AsType": (lambda: (["i", "f"] >> ops.AsType("float64")) + (["g"] >> ops.AsType("int32"))
+               + (["i"] >> ops.AsType("string") >> ops.Rename(postfix="_s") >> ops.Categorify()), False),
     "LambdaOp": (lambda: ["f"] >> ops.LambdaOp(twice) >> ops.Normalize(), False),
     "Filter": (lambda: (["f"] >> ops.Filter(positive)) + ["g"], False),
     "Dropna": (lambda: ["f", "g"] >> ops.Dropna(), False),
