@@ -501,6 +501,25 @@ def nans_as_nulls(series: Any) -> Any:
     return series.nans_to_nulls() if is_gpu_object(series) else series
 
 
+def datetime_microseconds(series: Any) -> Any:
+    """Microseconds since 1970-01-01 UTC of a datetime column (numpy-backed pandas, time-zoned
+    or not, or cuDF), as a float64 numpy/CuPy array with NaN for a null (exact to 2^53 us, the
+    years 1685 to 2255).
+
+    Example:
+        >>> datetime_microseconds(pd.Series(pd.to_datetime(["1970-01-01 00:00:01.5", None]))).tolist()
+        [1500000.0, nan]
+    """
+    if is_gpu_object(series):
+        return series.astype("datetime64[us]").astype("int64").astype("float64").to_cupy(na_value=np.nan)
+    if getattr(series.dtype, "tz", None) is not None:
+        series = series.dt.tz_convert(None)  # UTC
+    times = series.to_numpy(dtype="datetime64[us]")
+    out = times.astype(np.int64).astype(np.float64)
+    out[np.isnat(times)] = np.nan
+    return out
+
+
 def integer_dtype(series: Any, name: str) -> Any:
     """The dtype that holds ``series`` cast to integer type ``name`` with its nulls: ``name``
     for a numpy integer or boolean column, and on cuDF (whose integers take nulls); pandas'

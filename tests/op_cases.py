@@ -9,6 +9,7 @@ Functions used by operators (LambdaOp, Filter) are module-level, so saved workfl
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import decimal
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from tabloader import ops
 from tabloader.backend import STRING_DTYPE
+from tabloader.ops.datetime_features import FEATURES as DATETIME_FEATURES
 
 # --- data ---------------------------------------------------------------------------------
 def categorical_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
@@ -99,7 +101,20 @@ def decimal_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
                          "f": whole, "n": counts, "flag": rng.random(n) < 0.5})
 
 
-FRAMES = {"categorical": categorical_frame, "numeric": numeric_frame, "misc": misc_frame, "decimals": decimal_frame}
+def times_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Event times in microseconds (as parquet stores them) and dates (arrow-backed, as read from
+    parquet), both with nulls, over 1965-2040 and past 2262 (beyond nanoseconds)."""
+    rng = np.random.default_rng(seed)
+    micros = rng.integers(-5 * 10**17 // 1000, 22 * 10**17 // 1000, n)
+    times = pd.Series(micros.astype("datetime64[us]"))
+    times[rng.random(n) < 0.1] = pd.NaT
+    days = [None if rng.random() < 0.1 else datetime.date(1965, 1, 1) + datetime.timedelta(days=int(d))
+            for d in rng.integers(0, 160_000, n)]
+    return pd.DataFrame({"at": times, "day": pd.Series(pd.array(days, dtype=pd.ArrowDtype(pa.date32())))})
+
+
+FRAMES = {"categorical": categorical_frame, "numeric": numeric_frame, "misc": misc_frame, "decimals": decimal_frame,
+          "times": times_frame}
 
 
 # --- functions operators are given -----------------------------------------------------------
@@ -184,6 +199,9 @@ def _cases() -> list[OpCase]:
         OpCase("AsType-int64", "decimals", lambda: ["whole", "f", "n", "flag"] >> ops.AsType("int64")),
         OpCase("AsType-string-Categorify", "decimals",
                lambda: ["id", "whole", "n"] >> ops.AsType("string") >> ops.Categorify()),
+        OpCase("DatetimeFeatures", "times", lambda: ["at", "day"] >> ops.DatetimeFeatures(list(DATETIME_FEATURES))),
+        OpCase("DatetimeFeatures-Categorify", "times",
+               lambda: ["at"] >> ops.DatetimeFeatures(["day_of_week", "hour"]) >> ops.Categorify()),
         OpCase("Filter", "misc", lambda: (["a", "b"] >> ops.Filter(keep_positive_a)) + ["user"]),
         OpCase("Dropna", "misc", lambda: (["a", "nullable"] >> ops.Dropna()) + ["ts"]),
         OpCase("DifferenceLag", "misc", lambda: ["ts", "a"] >> ops.DifferenceLag("user", shift=[1, 2, -1])),
