@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 from tabloader import backend
+from tabloader.dataset import iceberg
 from tabloader.dataset.arrow import ArrowSource, is_arrow_data
 from tabloader.dataset.csv import CsvSource
 from tabloader.dataset.files import ENGINES, FileSet
@@ -330,6 +331,8 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
         opened = FrameSource(select(source, columns, "the DataFrame"), part_size, device)
     elif is_arrow_data(source):  # after frames: pandas' own exports an Arrow stream too
         opened = ArrowSource(source, part_size, device, columns)
+    elif iceberg.is_iceberg_table(source):
+        opened = ParquetSource(iceberg.scan_files(source), part_size, device, columns)
     else:
         files = FileSet.find(source)
         if (engine or files.infer_engine()) != "csv":
