@@ -46,7 +46,8 @@ class FileSet:
     partition keys (name -> type name; see :mod:`tabloader.dataset.delta`). A table that
     matches its files' columns by field id (Iceberg, see :mod:`tabloader.dataset.iceberg`)
     gives its columns as ``table_schema`` (an arrow schema, each field's id in its
-    ``PARQUET:field_id`` metadata) and per file the columns it must store (``required``).
+    ``PARQUET:field_id`` metadata), per file the columns it must store (``required``) and
+    the ids of the names that files without field ids use (``name_ids``, its name mapping).
     """
 
     paths: list[str]
@@ -57,6 +58,7 @@ class FileSet:
     key_types: dict[str, str] = dataclasses.field(default_factory=dict)
     table_schema: Any = None
     required: list[tuple[str, ...]] | None = None
+    name_ids: dict[str, int] | None = None
 
     @classmethod
     def find(cls, source: Any) -> "FileSet":

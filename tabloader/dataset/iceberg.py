@@ -147,7 +147,9 @@ def _files_of_scan(scan: Any, name: str, place: Any, directory: str) -> FileSet:
                 "files, e.g. Spark's rewrite_data_files) or pass scan().to_arrow() when the rows fit in memory")
     paths = [place(task.file.file_path, "data file") for task in tasks]
     required = [_stored_partition_columns(scan, task, schema) for task in tasks]
-    return _file_set(paths, directory, _arrow_schema(schema), required)
+    mapping = scan.table_metadata.name_mapping()
+    name_ids = None if mapping is None else {name: field.field_id for field in mapping for name in field.names}
+    return _file_set(paths, directory, _arrow_schema(schema), required, name_ids)
 
 
 def _stored_partition_columns(scan: Any, task: Any, schema: Any) -> tuple[str, ...]:
@@ -184,7 +186,8 @@ def _regular(arrow_type: Any) -> Any:
     return arrow_type
 
 
-def _file_set(paths: Sequence[str], location: str, schema: Any, required: list[tuple[str, ...]]) -> FileSet:
+def _file_set(paths: Sequence[str], location: str, schema: Any, required: list[tuple[str, ...]],
+              name_ids: dict[str, int] | None) -> FileSet:
     """A FileSet of the files at ``paths`` (URLs or paths, all on one file system): no hive
     keys (each file is its own base: a table keeps its partition values itself)."""
     fs, directory = filesystem(location)
@@ -197,7 +200,7 @@ def _file_set(paths: Sequence[str], location: str, schema: Any, required: list[t
         spelled.append(spelled_path)
     urls = spelled if is_local(fs) else [fs.unstrip_protocol(p) for p in spelled]
     return FileSet(spelled, fs, directory, [posixpath.dirname(p) for p in spelled], urls,
-                   table_schema=schema, required=required)
+                   table_schema=schema, required=required, name_ids=name_ids)
 
 
 class _FolderIO:

@@ -117,7 +117,7 @@ class ParquetSource(Source):
         self.partition_keys = ()
         self._list_widths = {}
         required = files.required or [()] * len(files.paths)
-        self._names_in_files = {path: names_by_field_id(f.arrow_schema, files.table_schema, path, must)
+        self._names_in_files = {path: names_by_field_id(f.arrow_schema, files.table_schema, path, must, files.name_ids)
                                 for path, f, must in zip(files.paths, footers, required)}
         return [()] * len(files.paths)
 
@@ -162,7 +162,7 @@ class ParquetSource(Source):
 
     def describe(self, index: int | None = None) -> str:
         if index is None:
-            return self.files.paths[0]
+            return self.files.paths[0] if self.files.paths else self.files.directory  # a table without files
         return ", ".join(sorted({p.path for p in self.partitions[index]})) or "no row groups"
 
     @property

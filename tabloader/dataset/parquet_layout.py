@@ -249,26 +249,34 @@ def decoded(arrow_type: Any) -> Any:
 FIELD_ID = b"PARQUET:field_id"
 
 
-def names_by_field_id(file_schema: Any, table_schema: Any, path: str, required: Sequence[str] = ()) -> dict[str, str]:
+def names_by_field_id(file_schema: Any, table_schema: Any, path: str, required: Sequence[str] = (),
+                      name_ids: Mapping[str, int] | None = None) -> dict[str, str]:
     """The table's column name -> the file's name for the same field id, for the columns of
     ``table_schema`` (whose fields carry their id in ``PARQUET:field_id`` metadata) that the
     file stores: a file written before a rename has the old name; one written before a column
     was added lacks it (the column is null in its rows), unless ``required`` names it. A file
-    storing its columns without field ids is refused, naming it and the column.
+    storing its columns without field ids (added from elsewhere, a migrated table) has them
+    from the table's name mapping ``name_ids`` (a name the file uses -> field id; a column it
+    does not name is not the table's); without one it is refused, naming it and the column.
 
     Example:
         >>> import pyarrow as pa
         >>> def field(name, id): return pa.field(name, pa.int64(), metadata={FIELD_ID: str(id)})
         >>> names_by_field_id(pa.schema([field("old", 1)]), pa.schema([field("new", 1), field("added", 2)]), "f")
         {'new': 'old'}
+        >>> names_by_field_id(pa.schema([("a", pa.int64())]), pa.schema([field("b", 1)]), "f", name_ids={"a": 1})
+        {'b': 'a'}
     """
     stored: dict[int, str] = {}
     for field in file_schema:
-        if FIELD_ID not in (field.metadata or {}):
+        if FIELD_ID in (field.metadata or {}):
+            stored[int(field.metadata[FIELD_ID])] = field.name
+        elif name_ids is None:
             raise ValueError(f"{path}: column {field.name!r} has no field id (PARQUET:field_id), which Iceberg tables "
-                             "match columns by (a file added from another table, or a migrated one?); tabloader does "
-                             "not read such files by name mapping: rewrite them with the table's writer")
-        stored[int(field.metadata[FIELD_ID])] = field.name
+                             "match columns by, and the table has no name mapping (schema.name-mapping.default) "
+                             "to give it one: rewrite the file with the table's writer")
+        elif field.name in name_ids:
+            stored[name_ids[field.name]] = field.name
     names = {f.name: stored[int(f.metadata[FIELD_ID])] for f in table_schema if int(f.metadata[FIELD_ID]) in stored}
     missing = [c for c in required if c not in names]
     if missing:
