@@ -8,7 +8,8 @@ files) says which files make each snapshot. pyiceberg reads that metadata
 :class:`~tabloader.dataset.files.FileSet` whose columns are the table's, matched in each file by
 field id as Iceberg defines them (a file written before a rename has the old name, one written
 before a column was added lacks it: null there; an ``int`` column promoted to ``long`` comes out
-``long``). What a plain parquet reader cannot honour is refused, naming it: row-level deletes
+``long``; a file without field ids, added from elsewhere, has them from the table's name
+mapping). What a plain parquet reader cannot honour is refused, naming it: row-level deletes
 (delete files, merge-on-read), a scan's ``row_filter`` or ``limit``.
 
 A table comes from the user's catalog (``catalog.load_table(name)``, or its ``scan(...)``), whose
