@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 
+import fsspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -312,3 +313,17 @@ def test_an_iceberg_table_feeds_a_workflow_and_the_loader(catalog):
     assert sorted(ids.tolist()) == list(range(10, 16))
     order = np.argsort(ids)
     np.testing.assert_allclose(normalized[order].ravel(), (x - x.mean()) / x.std(), rtol=1e-5)
+
+
+def test_a_table_folder_behind_an_fsspec_url_is_read_through_that_file_system(catalog):
+    table = catalog.create_table("db.events", events([]).schema)
+    table.append(events(range(3)))
+    table.overwrite(events(range(10, 12)))
+    memory = fsspec.filesystem("memory")
+    memory.put(folder(table), "/iceberg-test/events", recursive=True)
+    try:
+        ds = tl.Dataset("memory://iceberg-test/events")
+        assert all(p.startswith("/iceberg-test/events/data/") for p in ds.paths)
+        assert records(ds.compute()) == pyiceberg_records(table.scan())
+    finally:
+        memory.rm("/iceberg-test", recursive=True)

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from typing import Any, Sequence
@@ -77,8 +78,17 @@ def scan_files(table_or_scan: Any) -> FileSet:
     if not is_iceberg_table(table_or_scan):
         raise TypeError(f"expected a pyiceberg Table or DataScan, got {type(table_or_scan).__name__}")
     scan = table_or_scan.scan() if hasattr(table_or_scan, "scan") else table_or_scan
-    return _files_of_scan(scan, f"the Iceberg table at {scan.table_metadata.location}", lambda path, what: path,
-                          scan.table_metadata.location)
+    location = scan.table_metadata.location
+    plan = _Plan.of(scan, f"the Iceberg table at {location}")
+    fs, directory = filesystem(location)
+    paths = []
+    for path in plan.paths:  # where the table's file IO finds them: local paths or fsspec URLs
+        file_fs, spelled = filesystem(path)
+        if type(file_fs) is not type(fs) or file_fs.protocol != fs.protocol:
+            raise IcebergTableError(f"the Iceberg table at {location} has data files on another file system than its "
+                                    f"location ({path}); tabloader reads one file system per dataset")
+        paths.append(spelled)
+    return plan.file_set(fs, directory, paths)
 
 
 def folder_files(fs: Any, root: str) -> FileSet:
@@ -99,7 +109,8 @@ def folder_files(fs: Any, root: str) -> FileSet:
     io.written_at = metadata.location.rstrip("/")
     table = StaticTable(identifier=("folder", root), metadata=metadata, metadata_location=metadata_file, io=io,
                         catalog=NoopCatalog("folder"))
-    return _files_of_scan(table.scan(), f"the Iceberg table {root}", io.inside, io.url(root))
+    plan = _Plan.of(table.scan(), f"the Iceberg table {root}")
+    return plan.file_set(fs, root, [io.inside(path, "data file") for path in plan.paths])
 
 
 def current_metadata_file(fs: Any, root: str) -> str:
@@ -125,32 +136,50 @@ def current_metadata_file(fs: Any, root: str) -> str:
     return numbered[max(numbered)]
 
 
-def _files_of_scan(scan: Any, name: str, place: Any, directory: str) -> FileSet:
-    """The FileSet of ``scan``'s planned data files; ``place(path, what)`` says where a path the
-    metadata names is read (or refuses it); ``directory`` is the table's folder (path or URL)."""
-    from pyiceberg.expressions import AlwaysTrue
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What a scan reads: its data files (as the metadata names them), its columns (arrow,
+    with field ids), the columns each file must store, and the table's name mapping."""
 
-    if scan.row_filter != AlwaysTrue():
-        raise IcebergTableError(f"{name}: the scan has row_filter={scan.row_filter}; tabloader reads whole files and "
-                                "would return rows the filter drops: pass the scan without row_filter and filter the "
-                                "rows in your workflow (or scan(...).to_arrow() when the rows fit in memory)")
-    if scan.limit is not None:
-        raise IcebergTableError(f"{name}: the scan has limit={scan.limit}, which tabloader does not apply; pass it "
-                                "without limit")
-    schema = scan.projection()
-    tasks = list(scan.plan_files())
-    for task in tasks:
-        if task.delete_files:
-            deletes = sorted(f.file_path for f in task.delete_files)
-            raise IcebergTableError(
-                f"{name}: rows of the data file {task.file.file_path} are deleted by the delete file(s) {deletes} "
-                "(merge-on-read deletes), which a parquet reader cannot see; compact the table (rewrite its data "
-                "files, e.g. Spark's rewrite_data_files) or pass scan().to_arrow() when the rows fit in memory")
-    paths = [place(task.file.file_path, "data file") for task in tasks]
-    required = [_stored_partition_columns(scan, task, schema) for task in tasks]
-    mapping = scan.table_metadata.name_mapping()
-    name_ids = None if mapping is None else {name: field.field_id for field in mapping for name in field.names}
-    return _file_set(paths, directory, _arrow_schema(schema), required, name_ids)
+    paths: list[str]
+    schema: Any
+    required: list[tuple[str, ...]]
+    name_ids: dict[str, int] | None
+
+    @classmethod
+    def of(cls, scan: Any, name: str) -> "_Plan":
+        """The plan of ``scan`` (of the table ``name``, for messages), refusing what a parquet
+        reader would not read exactly."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        if scan.row_filter != AlwaysTrue():
+            raise IcebergTableError(f"{name}: the scan has row_filter={scan.row_filter}; tabloader reads whole files "
+                                    "and would return rows the filter drops: pass the scan without row_filter and "
+                                    "filter the rows in your workflow (or use scan(...).to_arrow() if they fit in "
+                                    "memory)")
+        if scan.limit is not None:
+            raise IcebergTableError(f"{name}: the scan has limit={scan.limit}, which tabloader does not apply; pass "
+                                    "it without limit")
+        schema = scan.projection()
+        tasks = list(scan.plan_files())
+        for task in tasks:
+            if task.delete_files:
+                deletes = sorted(f.file_path for f in task.delete_files)
+                raise IcebergTableError(
+                    f"{name}: rows of the data file {task.file.file_path} are deleted by the delete file(s) {deletes} "
+                    "(merge-on-read deletes), which a parquet reader cannot see; compact the table (rewrite its data "
+                    "files, e.g. Spark's rewrite_data_files) or pass scan().to_arrow() when the rows fit in memory")
+        mapping = scan.table_metadata.name_mapping()
+        return cls([task.file.file_path for task in tasks], _arrow_schema(schema),
+                   [_stored_partition_columns(scan, task, schema) for task in tasks],
+                   None if mapping is None else {alias: f.field_id for f in mapping for alias in f.names})
+
+    def file_set(self, fs: Any, directory: str, paths: Sequence[str]) -> FileSet:
+        """The FileSet of the plan's files at ``paths`` on ``fs``: no hive keys (each file is
+        its own base: a table keeps its partition values itself)."""
+        urls = list(paths) if is_local(fs) else [fs.unstrip_protocol(p) for p in paths]
+        return FileSet(list(paths), fs, directory, [posixpath.dirname(p) for p in paths], urls,
+                       table_schema=self.schema, required=self.required, name_ids=self.name_ids)
 
 
 def _stored_partition_columns(scan: Any, task: Any, schema: Any) -> tuple[str, ...]:
@@ -187,34 +216,14 @@ def _regular(arrow_type: Any) -> Any:
     return arrow_type
 
 
-def _file_set(paths: Sequence[str], location: str, schema: Any, required: list[tuple[str, ...]],
-              name_ids: dict[str, int] | None) -> FileSet:
-    """A FileSet of the files at ``paths`` (URLs or paths, all on one file system): no hive
-    keys (each file is its own base: a table keeps its partition values itself)."""
-    fs, directory = filesystem(location)
-    spelled = []
-    for path in paths:
-        file_fs, spelled_path = filesystem(path)
-        if type(file_fs) is not type(fs) or file_fs.protocol != fs.protocol:
-            raise IcebergTableError(f"the Iceberg table at {location} has data files on more than one file system "
-                                    f"({path}); tabloader reads one file system per dataset")
-        spelled.append(spelled_path)
-    urls = spelled if is_local(fs) else [fs.unstrip_protocol(p) for p in spelled]
-    return FileSet(spelled, fs, directory, [posixpath.dirname(p) for p in spelled], urls,
-                   table_schema=schema, required=required, name_ids=name_ids)
-
-
 class _FolderIO:
     """pyiceberg's file IO confined to a table's folder: a path the metadata names is read from
     the folder when it lies inside the table's location as written (``written_at``; the table may
     have moved since) or inside the folder itself; any other path is refused, naming it."""
 
     def __init__(self, fs: Any, root: str) -> None:
-        from pyiceberg.io import load_file_io
-
         self.fs, self.root, self.written_at = fs, root, root
-        self.io = load_file_io({}, location=self.url(root))
-        self.properties = self.io.properties
+        self.properties: dict[str, str] = {}
 
     def inside(self, path: str, what: str = "file") -> str:
         """Where the table's ``path`` is in the folder (a plain path or URL as ``fs`` reads it)."""
@@ -222,17 +231,19 @@ class _FolderIO:
             if path.startswith(prefix + "/"):
                 found = inside_folder(self.root, path[len(prefix) + 1:])
                 if found is not None:
-                    return self.url(found)
+                    return found
         raise IcebergTableError(f"{self.root}: the Iceberg metadata names the {what} {path!r}, outside the table's "
                                 f"folder (written at {self.written_at}); tabloader reads only files inside the folder "
                                 "it is given: pass catalog.load_table(name) to read a table whose files lie elsewhere")
 
     def url(self, path: str) -> str:
-        """``path`` (as ``fs`` spells it) as pyiceberg's IO and tabloader's FileSet take it."""
+        """``path`` (as ``fs`` spells it) as a URL (a local path stays a path)."""
         return path if is_local(self.fs) else self.fs.unstrip_protocol(path)
 
     def new_input(self, location: str) -> Any:
-        return self.io.new_input(self.inside(location))
+        from pyiceberg.io.fsspec import FsspecInputFile
+
+        return FsspecInputFile(self.inside(location), self.fs)  # the folder's own file system, as the user named it
 
     def new_output(self, location: str) -> Any:
         raise IcebergTableError(f"{self.root}: tabloader reads Iceberg tables, it does not write {location}")
