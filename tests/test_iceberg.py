@@ -260,10 +260,18 @@ def test_a_file_without_field_ids_and_no_name_mapping_is_refused_naming_it(catal
         tl.Dataset(table)
 
 
-def test_a_row_filter_is_refused_not_ignored(catalog):
+def test_a_row_filter_is_read_exactly_on_partitions_and_refused_inside_files(catalog):
+    """A filter on an identity partition column keeps or drops whole files (pyiceberg's
+    residual is always-true): read exactly. One that keeps some rows of a file is refused,
+    never ignored."""
     table = catalog.create_table("db.events", events([]).schema)
-    table.append(events(range(3)))
-    with pytest.raises(IcebergTableError, match=r"row_filter=.*id.*would return rows the filter drops"):
+    with table.update_spec() as update:
+        update.add_identity("shop")
+    table.append(events(range(6)))
+    by_shop = table.scan(row_filter="shop == 's0'")
+    assert records(tl.Dataset(by_shop).compute()) == pyiceberg_records(by_shop)
+    assert [r["id"] for r in pyiceberg_records(by_shop)] == [0, 2, 4]
+    with pytest.raises(IcebergTableError, match=r"row_filter=.*id.* keeps only some rows of the data file .*shop=s"):
         tl.Dataset(table.scan(row_filter="id > 0"))
 
 

@@ -75,8 +75,8 @@ class Dataset:
     out as the table has them now). Its folder is read from its newest metadata file, only
     from inside the folder; a catalog's pointer is the truth (a folder cannot know about a
     rollback done in the catalog), so ``Dataset(catalog.load_table(name))`` is the exact way.
-    Row-level deletes and a scan's ``row_filter`` are refused (see
-    :mod:`tabloader.dataset.iceberg`).
+    Row-level deletes, and a scan's ``row_filter`` keeping only some rows of a file, are
+    refused (see :mod:`tabloader.dataset.iceberg`).
 
     The rows come from a :attr:`source` (:class:`~tabloader.dataset.ParquetSource`,
     :class:`~tabloader.dataset.CsvSource`, :class:`~tabloader.dataset.FrameSource` or

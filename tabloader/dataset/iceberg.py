@@ -10,7 +10,8 @@ field id as Iceberg defines them (a file written before a rename has the old nam
 before a column was added lacks it: null there; an ``int`` column promoted to ``long`` comes out
 ``long``; a file without field ids, added from elsewhere, has them from the table's name
 mapping). What a plain parquet reader cannot honour is refused, naming it: row-level deletes
-(delete files, merge-on-read), a scan's ``row_filter`` or ``limit``.
+(delete files, merge-on-read), a scan's ``limit``, a ``row_filter`` that keeps only some rows
+of a file (one on identity partition columns keeps or drops whole files: it is read exactly).
 
 A table comes from the user's catalog (``catalog.load_table(name)``, or its ``scan(...)``), whose
 file IO the user chose: its files are read wherever it says they are. A table's folder
@@ -152,17 +153,18 @@ class _Plan:
         reader would not read exactly."""
         from pyiceberg.expressions import AlwaysTrue
 
-        if scan.row_filter != AlwaysTrue():
-            raise IcebergTableError(f"{name}: the scan has row_filter={scan.row_filter}; tabloader reads whole files "
-                                    "and would return rows the filter drops: pass the scan without row_filter and "
-                                    "filter the rows in your workflow (or use scan(...).to_arrow() if they fit in "
-                                    "memory)")
         if scan.limit is not None:
             raise IcebergTableError(f"{name}: the scan has limit={scan.limit}, which tabloader does not apply; pass "
                                     "it without limit")
         schema = scan.projection()
         tasks = list(scan.plan_files())
         for task in tasks:
+            if task.residual != AlwaysTrue():  # the filter is not decided by the file's partition values alone
+                raise IcebergTableError(
+                    f"{name}: the scan's row_filter={scan.row_filter} keeps only some rows of the data file "
+                    f"{task.file.file_path} (those where {task.residual}), and tabloader reads whole files: filter "
+                    "on identity partition columns only (whole files kept or dropped), or filter the rows in your "
+                    "workflow (or use scan(...).to_arrow() if they fit in memory)")
             if task.delete_files:
                 deletes = sorted(f.file_path for f in task.delete_files)
                 raise IcebergTableError(
@@ -199,7 +201,8 @@ def _arrow_schema(schema: Any) -> Any:
     import pyarrow as pa
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    return pa.schema([pa.field(f.name, _regular(f.type), f.nullable, {FIELD_ID: str(i.field_id).encode()})
+    # nullable as every column tabloader reads from parquet (which columns hold nulls is read from the footers)
+    return pa.schema([pa.field(f.name, _regular(f.type), metadata={FIELD_ID: str(i.field_id).encode()})
                       for f, i in zip(schema_to_pyarrow(schema), schema.fields)])
 
 
