@@ -195,6 +195,8 @@ def test_columns_are_matched_by_field_id_across_renames_additions_and_promotions
     assert records(ds.compute()) == expected
     assert records(tl.Dataset(folder(table), columns=["x", "id"]).compute()) == \
         [{"x": r["x"], "id": r["id"]} for r in expected]
+    only_added = tl.Dataset(table, columns=["x"], device=device)  # the old file is read for no column at all
+    assert len(only_added) == 3 and sorted(only_added.compute()["x"].isna().tolist()) == [False, True, True]
 
 
 def test_an_added_integer_column_is_nullable_in_every_partition(catalog):

@@ -212,7 +212,9 @@ class ParquetSource(Source):
                 frame[name] = key_frame[name].repeat(len(frame)).reset_index(drop=True)
         absent = [f for f in target if f.name not in names and f.name not in keys.column_names]
         if absent:  # columns added to a table after the file was written: null in its rows
-            nulls = backend.from_arrow(pa.table({f.name: pa.nulls(len(frame), f.type) for f in absent}), self.device)
+            # piece.num_rows: a file read for no column at all may give a frame without rows
+            nulls = backend.from_arrow(pa.table({f.name: pa.nulls(piece.num_rows, f.type) for f in absent}),
+                                       self.device)
             for field in absent:
                 frame[field.name] = nulls[field.name]
         # The dtypes of the meta, whatever the file's own: as _conform does for arrow tables.
