@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 
 import fsspec
 import numpy as np
@@ -188,7 +189,7 @@ def test_columns_are_matched_by_field_id_across_renames_additions_and_promotions
         update.add_column("x", StringType())
     table.append(pa.table({"id": pa.array([3], pa.int64()), "price": [2.5], "x": ["new"]}))
     ds = tl.Dataset(table, device=device)
-    assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "price": "float64", "x": "str"}
+    assert tl.Dataset(table).meta().dtypes.astype(str).to_dict() == {"id": "int64", "price": "float64", "x": "str"}
     expected = pyiceberg_records(table.scan())
     assert expected == [{"id": 1, "price": 0.5, "x": None}, {"id": 2, "price": 1.5, "x": None},
                         {"id": 3, "price": 2.5, "x": "new"}]
@@ -196,7 +197,7 @@ def test_columns_are_matched_by_field_id_across_renames_additions_and_promotions
     assert records(tl.Dataset(folder(table), columns=["x", "id"]).compute()) == \
         [{"x": r["x"], "id": r["id"]} for r in expected]
     only_added = tl.Dataset(table, columns=["x"], device=device)  # the old file is read for no column at all
-    assert len(only_added) == 3 and sorted(only_added.compute()["x"].isna().tolist()) == [False, True, True]
+    assert len(only_added) == 3 and sorted(backend.to_host(only_added.compute())["x"].isna().tolist()) == [False, True, True]
 
 
 def test_an_added_integer_column_is_nullable_in_every_partition(catalog):
@@ -337,3 +338,9 @@ def test_a_table_folder_behind_an_fsspec_url_is_read_through_that_file_system(ca
         assert records(ds.compute()) == pyiceberg_records(table.scan())
     finally:
         memory.rm("/iceberg-test", recursive=True)
+
+
+def test_without_pyiceberg_a_table_folder_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyiceberg.catalog.noop", None)  # as if pyiceberg were not installed
+    with pytest.raises(ImportError, match=r"is an Apache Iceberg table, .*pip install \"tabloader\[iceberg\]\""):
+        tl.Dataset(os.path.join(os.path.dirname(__file__), "data", "tables", "iceberg"))
