@@ -164,6 +164,8 @@ def test_partition_folders_are_not_read_again_as_hive_keys(catalog):
     for source in (table, folder(table)):
         ds = tl.Dataset(source)
         assert ds.schema.column_names == ["id", "x", "shop", "ts"]
+        with pytest.raises(ValueError, match=r"partition_types=.*keeps its partition columns in its files"):
+            tl.Dataset(source, partition_types="string")
         assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "x": "float64", "shop": "str",
                                                           "ts": "datetime64[us]"}
         got = records(ds.compute())

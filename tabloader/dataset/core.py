@@ -343,7 +343,7 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
     elif is_arrow_data(source):  # after frames: pandas' own exports an Arrow stream too
         opened = ArrowSource(source, part_size, device, columns)
     elif iceberg.is_iceberg_table(source):
-        opened = ParquetSource(iceberg.scan_files(source), part_size, device, columns)
+        return ParquetSource(iceberg.scan_files(source), part_size, device, columns, partition_types)
     else:
         files = FileSet.find(source)
         if (engine or files.infer_engine()) != "csv":

@@ -74,7 +74,7 @@ class ParquetSource(Source):
         if files.table_schema is None:
             keys = self._layout_by_name(footers, columns, partition_types)
         else:
-            keys = self._layout_by_field_id(footers, columns)
+            keys = self._layout_by_field_id(footers, columns, partition_types)
         metadata = [f.metadata for f in footers]
         names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
@@ -105,13 +105,17 @@ class ParquetSource(Source):
         self._names_in_files = None
         return keys
 
-    def _layout_by_field_id(self, footers: Sequence[Footer], columns: Sequence[str] | None) -> list[tuple]:
+    def _layout_by_field_id(self, footers: Sequence[Footer], columns: Sequence[str] | None,
+                            partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
         """The columns of a table's schema (Iceberg's), matched in each file by field id: a
         column under an older name is renamed, one a file lacks is null there, a narrower type
         (int -> long) is cast. No hive keys: a table keeps its own partition values."""
         import pyarrow as pa
 
         files = self.files
+        if partition_types is not None:
+            raise ValueError(f"partition_types={partition_types!r} types the key=value folders of parquet files; the "
+                             f"table at {files.directory} keeps its partition columns in its files, typed by its schema")
         names = checked_columns(files.table_schema.names, columns, "the table")
         self._arrow_schema = pa.schema([files.table_schema.field(n).remove_metadata() for n in names])
         self.partition_keys = ()
