@@ -222,15 +222,16 @@ def test_an_empty_table_is_an_empty_dataset_with_its_columns(catalog):
         assert ds.compute().empty
 
 
-def add_file(table, path, content, record_count):
+def add_file(table, path, content, record_count, partition=()):
     """Add the file ``path`` to ``table`` as pyiceberg's writers would not: a delete file
-    (merge-on-read, as Spark writes them), or a data file without field ids and no name mapping."""
+    (merge-on-read, as Spark writes them), a data file without field ids and no name mapping,
+    or one without its identity partition column (its value only in the metadata)."""
     from pyiceberg.manifest import DataFile, FileFormat
     from pyiceberg.typedef import Record
 
     data_file = DataFile.from_args(content=content, file_path=f"file://{path}", file_format=FileFormat.PARQUET,
-                                   partition=Record(), record_count=record_count,
-                                   file_size_in_bytes=os.path.getsize(path))
+                                   partition=Record(*partition), record_count=record_count,
+                                   file_size_in_bytes=os.path.getsize(path), spec_id=table.spec().spec_id)
     with table.transaction() as transaction, transaction.update_snapshot().fast_append() as append:
         append.append_data_file(data_file)
 
@@ -262,6 +263,26 @@ def test_a_file_without_field_ids_and_no_name_mapping_is_refused_naming_it(catal
     pq.write_table(events(range(2)), path)
     add_file(table, path, DataFileContent.DATA, 2)
     with pytest.raises(ValueError, match=rf"{path}: column 'id' has no field id .*no name mapping"):
+        tl.Dataset(table)
+
+
+def test_a_file_without_its_identity_partition_column_is_refused_naming_it(catalog):
+    """Iceberg lets a file leave out an identity partition column (its value is in the
+    metadata, as in tables migrated from Hive): tabloader would read it as null, so it refuses."""
+    from pyiceberg.manifest import DataFileContent
+
+    table = catalog.create_table("db.events", events([]).schema)
+    with table.update_spec() as update:
+        update.add_identity("shop")
+    path = os.path.join(folder(table), "data", "shop=s0", "migrated.parquet")
+    os.makedirs(os.path.dirname(path))
+    with_ids = pa.schema([pa.field("id", pa.int64(), metadata={b"PARQUET:field_id": b"1"}),
+                          pa.field("x", pa.float64(), metadata={b"PARQUET:field_id": b"2"})])
+    pq.write_table(events([0, 2]).select(["id", "x"]).cast(with_ids), path)
+    add_file(table, path, DataFileContent.DATA, 2, partition=("s0",))
+    assert [r["shop"] for r in pyiceberg_records(table.scan())] == ["s0", "s0"]  # pyiceberg fills it in
+    with pytest.raises(ValueError, match=rf"{path} does not store the column\(s\) \['shop'\], whose values the "
+                                         r"table keeps as partition values only"):
         tl.Dataset(table)
 
 
