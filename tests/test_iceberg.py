@@ -15,7 +15,6 @@ import sys
 
 import fsspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -199,7 +198,8 @@ def test_columns_are_matched_by_field_id_across_renames_additions_and_promotions
     assert records(tl.Dataset(folder(table), columns=["x", "id"]).compute()) == \
         [{"x": r["x"], "id": r["id"]} for r in expected]
     only_added = tl.Dataset(table, columns=["x"], device=device)  # the old file is read for no column at all
-    assert len(only_added) == 3 and sorted(backend.to_host(only_added.compute())["x"].isna().tolist()) == [False, True, True]
+    assert len(only_added) == 3
+    assert sorted(backend.to_host(only_added.compute())["x"].isna().tolist()) == [False, True, True]
 
 
 def test_an_added_integer_column_is_nullable_in_every_partition(catalog):
