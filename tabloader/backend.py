@@ -582,6 +582,73 @@ def is_list_dtype(dtype: Any) -> bool:
     return type(dtype).__name__ == "ListDtype"
 
 
+def is_decimal_dtype(dtype: Any) -> bool:
+    """True for decimal columns (pandas ``ArrowDtype(decimal128(...))``, cuDF ``Decimal64Dtype``...).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_decimal_dtype(pd.ArrowDtype(pa.decimal128(10, 2))), is_decimal_dtype(np.dtype("float64"))
+        (True, False)
+    """
+    import pyarrow as pa
+
+    if isinstance(dtype, pd.ArrowDtype):
+        return pa.types.is_decimal(dtype.pyarrow_dtype)
+    return type(dtype).__name__ in ("Decimal32Dtype", "Decimal64Dtype", "Decimal128Dtype")
+
+
+def as_strings(series: Any) -> Any:
+    """``series`` as text: pandas 3's ``str`` dtype (:data:`STRING_DTYPE`) on the host, cuDF's
+    strings on the GPU; nulls stay null.
+
+    Example:
+        >>> as_strings(pd.Series([7, None], dtype="Int64")).tolist()
+        ['7', nan]
+    """
+    return series.astype("str") if is_gpu_object(series) else series.astype(STRING_DTYPE)
+
+
+def nans_as_nulls(series: Any) -> Any:
+    """A float column with its NaN as nulls where the library tells them apart (cuDF); pandas
+    columns are returned as they are (pandas treats NaN as missing)."""
+    return series.nans_to_nulls() if is_gpu_object(series) else series
+
+
+def datetime_microseconds(series: Any) -> Any:
+    """Microseconds since 1970-01-01 UTC of a datetime column (numpy-backed pandas, time-zoned
+    or not, or cuDF), as a float64 numpy/CuPy array with NaN for a null (exact to 2^53 us, the
+    years 1685 to 2255).
+
+    Example:
+        >>> datetime_microseconds(pd.Series(pd.to_datetime(["1970-01-01 00:00:01.5", None]))).tolist()
+        [1500000.0, nan]
+    """
+    if is_gpu_object(series):
+        return series.astype("datetime64[us]").astype("int64").astype("float64").to_cupy(na_value=np.nan)
+    if getattr(series.dtype, "tz", None) is not None:
+        series = series.dt.tz_convert(None)  # UTC
+    times = series.to_numpy(dtype="datetime64[us]")
+    out = times.astype(np.int64).astype(np.float64)
+    out[np.isnat(times)] = np.nan
+    return out
+
+
+def integer_dtype(series: Any, name: str) -> Any:
+    """The dtype that holds ``series`` cast to integer type ``name`` with its nulls: ``name``
+    for a numpy integer or boolean column, and on cuDF (whose integers take nulls); pandas'
+    nullable dtype (``Int64``, ``UInt8``...) for other pandas columns, so that every partition
+    gets the same dtype whether or not it has nulls.
+
+    Example:
+        >>> integer_dtype(pd.Series([1.5]), "uint8"), integer_dtype(pd.Series([1]), "int32")
+        ('UInt8', 'int32')
+    """
+    dtype = series.dtype
+    if is_gpu_object(series) or (isinstance(dtype, np.dtype) and dtype.kind in "iub"):
+        return name
+    return "UInt" + name[4:] if name.startswith("uint") else "Int" + name[3:]
+
+
 def _nullable_type_for_arrow(arrow_type: Any) -> Any:
     """pandas nullable dtypes for arrow integers and booleans (so nulls do not turn them into floats)."""
     if has_nullable_dtype(arrow_type):

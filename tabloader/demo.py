@@ -35,6 +35,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from tabloader.extras import require
+
 __all__ = ["run_demo", "format_report", "CATEGORICAL", "CONTINUOUS", "LABEL", "criteo_workflow", "DLRM"]
 
 CATEGORICAL = [f"C{i}" for i in range(1, 27)]
@@ -238,8 +240,7 @@ def run_demo(rows: int = 1_000_000, device: str = "auto", workdir: str | None = 
     ``{"stage", "rows", "seconds", "rows_per_s"}``), ``auc``, ``logloss``, ``final_loss``,
     ``embedding_rows``, ``total_seconds``, ``workdir`` (None when it was temporary).
     """
-    import torch
-
+    torch = require("torch", "torch", "the demo (it trains a DLRM with PyTorch)")
     from tabloader.metrics import log_loss, roc_auc
 
     rows = int(rows)

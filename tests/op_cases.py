@@ -9,6 +9,8 @@ Functions used by operators (LambdaOp, Filter) are module-level, so saved workfl
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
 from typing import Any, Callable
 
 import numpy as np
@@ -17,6 +19,7 @@ import pyarrow as pa
 
 from tabloader import ops
 from tabloader.backend import STRING_DTYPE
+from tabloader.ops.datetime_features import FEATURES as DATETIME_FEATURES
 
 # --- data ---------------------------------------------------------------------------------
 def categorical_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
@@ -77,7 +80,41 @@ def misc_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
     })
 
 
-FRAMES = {"categorical": categorical_frame, "numeric": numeric_frame, "misc": misc_frame}
+def decimal_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Decimals as Spark and databases write them (amounts with cents, whole amounts, ids beyond
+    int64), with nulls; whole floats with NaN, nullable integers and booleans."""
+    rng = np.random.default_rng(seed)
+    missing = rng.random(n) < 0.1
+
+    def decimals(values: list, precision: int, scale: int) -> pd.Series:
+        rows = [None if m else decimal.Decimal(v) for v, m in zip(values, missing)]
+        return pd.Series(pd.array(rows, dtype=pd.ArrowDtype(pa.decimal128(precision, scale))))
+
+    cents = rng.integers(-10**6, 10**6, n)
+    ids = [str(10**30 + int(i)) for i in rng.integers(0, 12, n)]  # few, huge: as Oracle NUMBER(38) ids
+    whole = rng.normal(0, 1000, n).round()
+    whole[missing] = np.nan
+    counts = pd.array(rng.integers(0, 9, n), dtype="Int64")
+    counts[rng.random(n) < 0.15] = pd.NA
+    return pd.DataFrame({"amount": decimals([f"{c / 100:.2f}" for c in cents], 12, 2),
+                         "whole": decimals([f"{c // 100}.00" for c in cents], 18, 2), "id": decimals(ids, 38, 0),
+                         "f": whole, "n": counts, "flag": rng.random(n) < 0.5})
+
+
+def times_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Event times in microseconds (as parquet stores them) and dates (arrow-backed, as read from
+    parquet), both with nulls, over 1965-2040 and past 2262 (beyond nanoseconds)."""
+    rng = np.random.default_rng(seed)
+    micros = rng.integers(-5 * 10**17 // 1000, 22 * 10**17 // 1000, n)
+    times = pd.Series(micros.astype("datetime64[us]"))
+    times[rng.random(n) < 0.1] = pd.NaT
+    days = [None if rng.random() < 0.1 else datetime.date(1965, 1, 1) + datetime.timedelta(days=int(d))
+            for d in rng.integers(0, 160_000, n)]
+    return pd.DataFrame({"at": times, "day": pd.Series(pd.array(days, dtype=pd.ArrowDtype(pa.date32())))})
+
+
+FRAMES = {"categorical": categorical_frame, "numeric": numeric_frame, "misc": misc_frame, "decimals": decimal_frame,
+          "times": times_frame}
 
 
 # --- functions operators are given -----------------------------------------------------------
@@ -158,6 +195,13 @@ def _cases() -> list[OpCase]:
                lambda: ["ts", "b"] >> ops.Rename(postfix="_x") >> ops.AddTags(["custom"]) >> ops.AddProperties(n=1)),
         OpCase("ReduceDtypeSize", "misc",
                lambda: ["small", "mid", "big", "u8", "nullable", "a", "s"] >> ops.ReduceDtypeSize()),
+        OpCase("AsType-float32", "decimals", lambda: ["amount", "n", "flag", "f"] >> ops.AsType("float32")),
+        OpCase("AsType-int64", "decimals", lambda: ["whole", "f", "n", "flag"] >> ops.AsType("int64")),
+        OpCase("AsType-string-Categorify", "decimals",
+               lambda: ["id", "whole", "n"] >> ops.AsType("string") >> ops.Categorify()),
+        OpCase("DatetimeFeatures", "times", lambda: ["at", "day"] >> ops.DatetimeFeatures(list(DATETIME_FEATURES))),
+        OpCase("DatetimeFeatures-Categorify", "times",
+               lambda: ["at"] >> ops.DatetimeFeatures(["day_of_week", "hour"]) >> ops.Categorify()),
         OpCase("Filter", "misc", lambda: (["a", "b"] >> ops.Filter(keep_positive_a)) + ["user"]),
         OpCase("Dropna", "misc", lambda: (["a", "nullable"] >> ops.Dropna()) + ["ts"]),
         OpCase("DifferenceLag", "misc", lambda: ["ts", "a"] >> ops.DifferenceLag("user", shift=[1, 2, -1])),

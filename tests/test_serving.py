@@ -10,6 +10,8 @@ must not fall back) or runs the DataFrame path for its node (and must say so in
 
 from __future__ import annotations
 
+import datetime
+
 import json
 import subprocess
 import sys
@@ -48,15 +50,24 @@ def training_frame() -> pd.DataFrame:
     s = pd.array([f"s{k}" for k in rng.integers(0, 12, N)], dtype=STRING_DTYPE)
     s[rng.random(N) < 0.1] = pd.NA
     lists = [None if rng.random() < 0.05 else rng.integers(0, 9, rng.integers(0, 4)).tolist() for _ in range(N)]
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "i": i, "f": f, "s": s, "g": rng.integers(0, 6, N), "t": rng.random(N).astype(np.float32),
         "l": pd.Series(lists, dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
     })
+    frame["d"] = pd.Series(request_times(rng, N, rng.random(N) < 0.1), dtype="datetime64[us]")
+    return frame
+
+
+def request_times(rng: np.random.Generator, n: int, null_rows: np.ndarray) -> list:
+    """Event times (Python datetimes, as a JSON decoder's caller would give them) or None."""
+    seconds = rng.integers(1_600_000_000, 1_700_000_000, n)
+    return [None if null else datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=int(s), microseconds=7)
+            for s, null in zip(seconds, null_rows)]
 
 
 TRAIN = training_frame()
 SCHEMA = {"i": ("int", "Int64"), "f": ("float", "float32"), "s": ("str", "str"), "g": ("int", "int64"),
-          "t": ("float", "float32"), "l": ("list", "int64")}
+          "t": ("float", "float32"), "l": ("list", "int64"), "d": ("time", "datetime64[us]")}
 
 # operator case -> (graph, whether every node of it has a fast path)
 CASES = {
@@ -81,6 +92,11 @@ CASES = {
     "AddTags": (lambda: ["g", "f"] >> ops.AddTags(["user"]), True),
     "AddProperties": (lambda: ["g", "f"] >> ops.AddProperties(note="x"), True),
     "ReduceDtypeSize": (lambda: ["g", "f"] >> ops.ReduceDtypeSize(), False),
+    "AsType": (lambda: (["i", "f"] >> ops.AsType("float64")) + (["g"] >> ops.AsType("int32"))
+               + (["i"] >> ops.AsType("string") >> ops.Rename(postfix="_s") >> ops.Categorify()), False),
+    "DatetimeFeatures": (lambda: ["d"] >> ops.DatetimeFeatures(["day_of_week", "hour", "weekend", "epoch_seconds"]),
+                         False),
+    "DatetimeFeatures-Categorify": (lambda: ["d"] >> ops.DatetimeFeatures(["month"]) >> ops.Categorify(), False),
     "LambdaOp": (lambda: ["f"] >> ops.LambdaOp(twice) >> ops.Normalize(), False),
     "Filter": (lambda: (["f"] >> ops.Filter(positive)) + ["g"], False),
     "Dropna": (lambda: ["f", "g"] >> ops.Dropna(), False),
@@ -120,6 +136,8 @@ def request_values(kind: str, draw_index: np.ndarray, null_rows: np.ndarray, uns
     if kind == "float":
         values = RNG.normal(2.0, 3.0, len(draw_index)).tolist()
         return [(None if k % 2 else float("nan")) if n else v for k, (v, n) in enumerate(zip(values, null_rows))]
+    if kind == "time":
+        return request_times(RNG, len(draw_index), null_rows)
     if kind == "str":
         return [None if n else ("never-seen" if u else f"s{k % 12}") for k, n, u in zip(draw_index, null_rows, unseen_rows)]
     lists = []
@@ -151,6 +169,8 @@ def frame_by_hand(request: dict, schema: dict) -> pd.DataFrame:
                                  dtype=dtype.capitalize() if has_null else dtype.lower())
         elif kind == "float":
             out[name] = np.array([np.nan if v is None else v for v in values], dtype=dtype)
+        elif kind == "time":
+            out[name] = pd.Series(values, dtype=dtype)
         else:
             out[name] = pd.array(values, dtype=STRING_DTYPE)
     return pd.DataFrame(out)

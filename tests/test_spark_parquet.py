@@ -223,26 +223,22 @@ def test_date_and_timestamp_keys_have_the_dtypes_of_such_columns_in_a_file(devic
 
 @pytest.mark.parametrize("name, column", [("types", "day"), ("hive_typed", "dt")])
 def test_the_loader_refuses_a_date_key_as_it_refuses_a_date_column(name, column):
-    with pytest.raises(TypeError, match=rf"column '{column}' has dtype 'date32\[day\]'.*numbers first.*LambdaOp"):
+    with pytest.raises(TypeError, match=rf"column '{column}' has dtype 'date32\[day\]'.*numbers first.*DatetimeFeatures"):
         next(iter(Loader(tl.Dataset(spark_path(name)), batch_size=4, continuous=[column])))
 
 
-def weekday_or_7(col):
-    return col.dt.weekday.fillna(7)
-
-
 def test_the_loaders_advice_for_dates_works():
-    """What the loader's refusal suggests for a date key and a timestamp key (a LambdaOp with
-    ``col.dt.weekday``) gives Spark's dates' weekdays, batch by batch."""
+    """What the loader's refusal suggests for a date key and a timestamp key (DatetimeFeatures'
+    day of the week; nulls filled) gives Spark's dates' weekdays, batch by batch."""
     rows = sorted(spark_rows("hive_typed"), key=lambda r: r["id"])
-    out = tl.Workflow((["dt", "at"] >> ops.LambdaOp(weekday_or_7, dtype="int64")) + ["id"],
+    out = tl.Workflow((["dt", "at"] >> ops.DatetimeFeatures(["day_of_week"]) >> ops.FillMissing(7)) + ["id"],
                       progress=False).fit_transform(tl.Dataset(spark_path("hive_typed")))
     got = pd.concat([pd.DataFrame(features) for features, _ in
-                     Loader(out, batch_size=3, continuous=["id", "dt", "at"], shuffle=False)])
+                     Loader(out, batch_size=3, continuous=["id", "dt_day_of_week", "at_day_of_week"], shuffle=False)])
     got = got.sort_values("id", ignore_index=True)
     day = lambda text: 7 if text is None else datetime.date.fromisoformat(text[:10]).weekday()  # noqa: E731
-    assert got["dt"].tolist() == [day(r["dt"]) for r in rows]
-    assert got["at"].tolist() == [day(r["at"]) for r in rows]
+    assert got["dt_day_of_week"].tolist() == [day(r["dt"]) for r in rows]
+    assert got["at_day_of_week"].tolist() == [day(r["at"]) for r in rows]
 
 
 def test_a_workflow_and_the_loader_over_typed_keys(tmp_path):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
 from tabloader import backend
+from tabloader.dataset import iceberg
 from tabloader.dataset.arrow import ArrowSource, is_arrow_data
 from tabloader.dataset.csv import CsvSource
 from tabloader.dataset.files import ENGINES, FileSet
@@ -38,8 +39,9 @@ class Dataset:
 
     Args:
         source: a parquet or CSV path, directory, glob or list of them (local or fsspec URL),
-            a pandas or cuDF DataFrame, a Dask DataFrame, or Arrow data in memory (a pyarrow
-            Table, a polars DataFrame, a DuckDB result: anything with ``__arrow_c_stream__``).
+            a pandas or cuDF DataFrame, a Dask DataFrame, Arrow data in memory (a pyarrow
+            Table, a polars DataFrame, a DuckDB result: anything with ``__arrow_c_stream__``),
+            or an Apache Iceberg table (a pyiceberg ``Table`` or ``DataScan``, or its folder).
         engine: ``"parquet"`` or ``"csv"``; inferred from file extensions when None.
         part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count.
         schema: a :class:`~tabloader.schema.Schema` (or the path of a schema JSON file) giving
@@ -64,7 +66,17 @@ class Dataset:
     differently (the first file's order is used); dictionary-encoded columns are read as their
     values. Struct, map and list-of-list columns are refused here,
     naming the column: leave them out with ``columns=``. A Delta Lake table's folder is read as
-    its current version (the files its log lists); Iceberg and Hudi table folders are refused.
+    its current version (the files its log lists); Hudi table folders are refused.
+
+    An Apache Iceberg table (``pip install "tabloader[iceberg]"``) is read as the data files
+    pyiceberg plans for its current snapshot, or a scan's (``table.scan(snapshot_id=...,
+    selected_fields=...)``: time travel, columns), partitioned by row group like any parquet,
+    its columns matched in each file by field id (renamed, added and promoted columns come
+    out as the table has them now). Its folder is read from its newest metadata file, only
+    from inside the folder; a catalog's pointer is the truth (a folder cannot know about a
+    rollback done in the catalog), so ``Dataset(catalog.load_table(name))`` is the exact way.
+    Row-level deletes, and a scan's ``row_filter`` keeping only some rows of a file, are
+    refused (see :mod:`tabloader.dataset.iceberg`).
 
     The rows come from a :attr:`source` (:class:`~tabloader.dataset.ParquetSource`,
     :class:`~tabloader.dataset.CsvSource`, :class:`~tabloader.dataset.FrameSource` or
@@ -331,6 +343,8 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
         opened = FrameSource(select(source, columns, "the DataFrame"), part_size, device)
     elif is_arrow_data(source):  # after frames: pandas' own exports an Arrow stream too
         opened = ArrowSource(source, part_size, device, columns)
+    elif iceberg.is_iceberg_table(source):
+        return ParquetSource(iceberg.scan_files(source), part_size, device, columns, partition_types)
     else:
         files = FileSet.find(source)
         if (engine or files.infer_engine()) != "csv":

@@ -33,6 +33,8 @@ import re
 from typing import Any, Iterator
 from urllib.parse import unquote
 
+from tabloader.dataset.table_formats import inside_folder
+
 LOG = "_delta_log"
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
@@ -191,9 +193,8 @@ class _State:
 def _data_path(root: str, uri: str) -> str:
     """The full path of a data file the log names (a URI-encoded path relative to the table);
     a file outside the table's folder is refused (nothing outside the folder is read)."""
-    relative = unquote(uri)
-    parts = relative.split("/")
-    if "://" in uri or relative.startswith("/") or ".." in parts:
+    path = inside_folder(root, unquote(uri)) if "://" not in uri else None
+    if path is None:
         raise DeltaTableError(f"{root}: the Delta log names the data file {uri!r}, outside the table's folder "
                               "(a shallow clone?); tabloader reads only files inside the folder it is given")
-    return posixpath.join(root, relative)
+    return path

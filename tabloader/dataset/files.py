@@ -43,7 +43,11 @@ class FileSet:
     ``paths`` are spelled as ``fs`` spells them and ``urls`` as readers taking URLs want them;
     ``directory`` is where a saved schema is looked for; ``bases[i]`` is the folder
     ``paths[i]`` was found under; ``key_types`` the types a Delta table's log gives its
-    partition keys (name -> type name; see :mod:`tabloader.dataset.delta`).
+    partition keys (name -> type name; see :mod:`tabloader.dataset.delta`). A table that
+    matches its files' columns by field id (Iceberg, see :mod:`tabloader.dataset.iceberg`)
+    gives its columns as ``table_schema`` (an arrow schema, each field's id in its
+    ``PARQUET:field_id`` metadata), per file the columns it must store (``required``) and
+    the ids of the names that files without field ids use (``name_ids``, its name mapping).
     """
 
     paths: list[str]
@@ -52,6 +56,9 @@ class FileSet:
     bases: list[str]
     urls: list[str]
     key_types: dict[str, str] = dataclasses.field(default_factory=dict)
+    table_schema: Any = None
+    required: list[tuple[str, ...]] | None = None
+    name_ids: dict[str, int] | None = None
 
     @classmethod
     def find(cls, source: Any) -> "FileSet":
@@ -62,6 +69,8 @@ class FileSet:
         if not isinstance(source, (list, tuple)) or not source:
             raise TypeError(f"Dataset source must be a path, a list of paths, a DataFrame or Arrow data (a pyarrow "
                             f"Table, a polars DataFrame), got {type(source).__name__}")
+        if len(source) == 1 and (table := _iceberg_table_at(str(source[0]))) is not None:
+            return table
         paths: list[str] = []
         bases: list[str] = []
         fs, directory = None, None
@@ -92,6 +101,16 @@ class FileSet:
         if self.fs.exists(path):
             return Schema.load(path, fs=self.fs)
         return nvtabular.read_schema(self.fs, self.directory)
+
+
+def _iceberg_table_at(item: str) -> "FileSet | None":
+    """The current snapshot's files when ``item`` is an Iceberg table's folder, else None."""
+    from tabloader.dataset import iceberg  # it builds FileSets: imported here, not at the top
+
+    fs, path = filesystem(item)
+    if not any(ch in path for ch in "*?[") and fs.isdir(path) and iceberg.is_iceberg_folder(fs, path):
+        return iceberg.folder_files(fs, path)
+    return None
 
 
 def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str, dict[str, str]]:
@@ -132,8 +151,8 @@ def _in_hidden_dir(path: str, root: str) -> bool:
 
 def for_each_file(read: Callable[[str], Any], paths: Sequence[str]) -> list:
     """``read(path)`` for every path, on threads (footers and headers: mostly waiting on I/O)."""
-    if len(paths) == 1:
-        return [read(paths[0])]
+    if len(paths) <= 1:
+        return [read(path) for path in paths]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(_MAX_THREADS, len(paths))) as pool:
         return list(pool.map(read, paths))
 

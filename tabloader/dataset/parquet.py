@@ -21,8 +21,9 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
-from tabloader.dataset.parquet_layout import (columns_that_may_hold_nulls, file_fields, fixed_list_widths, fixed_widths,
-                                              hive_keys, in_memory_bytes, int96_columns, key_columns, read_footer)
+from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, file_fields, fixed_list_widths,
+                                              fixed_widths, hive_keys, in_memory_bytes, int96_columns, key_columns,
+                                              names_by_field_id, read_footer)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 
 
@@ -70,6 +71,26 @@ class ParquetSource(Source):
         super().__init__(device)
         self.files = files
         footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
+        if files.table_schema is None:
+            keys = self._layout_by_name(footers, columns, partition_types)
+        else:
+            keys = self._layout_by_field_id(footers, columns, partition_types)
+        metadata = [f.metadata for f in footers]
+        self._int96 = frozenset().union(*(int96_columns(m) for m in metadata))  # stored names, read on the host
+        names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
+        self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
+        widths = fixed_widths(self._arrow_schema)
+        pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs)
+                  for path, f, pairs in zip(files.paths, metadata, keys) for i in range(f.num_row_groups)]
+        self.partitions = _group_pieces(pieces, part_size)
+
+    def _layout_by_name(self, footers: Sequence[Footer], columns: Sequence[str] | None,
+                        partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
+        """The columns of files matched by name, hive keys from their folders; returns each
+        file's ``(key, value)`` pairs."""
+        import pyarrow as pa
+
+        files = self.files
         stored = [file_fields(f.arrow_schema) for f in footers]
         if files.key_types and not isinstance(partition_types, str):  # a Delta table's, unless the user's
             partition_types = {**files.key_types, **(partition_types or {})}
@@ -82,13 +103,28 @@ class ParquetSource(Source):
         self._arrow_schema = pa.schema([pa.field(n, fields[0][n] if n in fields[0] else key_types[n]) for n in names])
         self.partition_keys = tuple(n for n in names if n in key_types)
         self._list_widths = {n: w for n, w in fixed_list_widths(footers[0].arrow_schema).items() if n in names}
-        metadata = [f.metadata for f in footers]
-        self._int96 = frozenset().union(*(int96_columns(m) for m in metadata)) - set(key_types)
-        self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys)
-        widths = fixed_widths(self._arrow_schema)
-        pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs)
-                  for path, f, pairs in zip(files.paths, metadata, keys) for i in range(f.num_row_groups)]
-        self.partitions = _group_pieces(pieces, part_size)
+        self._names_in_files = None
+        return keys
+
+    def _layout_by_field_id(self, footers: Sequence[Footer], columns: Sequence[str] | None,
+                            partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
+        """The columns of a table's schema (Iceberg's), matched in each file by field id: a
+        column under an older name is renamed, one a file lacks is null there, a narrower type
+        (int -> long) is cast. No hive keys: a table keeps its own partition values."""
+        import pyarrow as pa
+
+        files = self.files
+        if partition_types is not None:
+            raise ValueError(f"partition_types={partition_types!r} types the key=value folders of parquet files; the "
+                             f"table at {files.directory} keeps its partition columns in its files, typed by its schema")
+        names = checked_columns(files.table_schema.names, columns, "the table")
+        self._arrow_schema = pa.schema([files.table_schema.field(n).remove_metadata() for n in names])
+        self.partition_keys = ()
+        self._list_widths = {}
+        required = files.required or [()] * len(files.paths)
+        self._names_in_files = {path: names_by_field_id(f.arrow_schema, files.table_schema, path, must, files.name_ids)
+                                for path, f, must in zip(files.paths, footers, required)}
+        return [()] * len(files.paths)
 
     @property
     def npartitions(self) -> int:
@@ -131,7 +167,7 @@ class ParquetSource(Source):
 
     def describe(self, index: int | None = None) -> str:
         if index is None:
-            return self.files.paths[0]
+            return self.files.paths[0] if self.files.paths else self.files.directory  # a table without files
         return ", ".join(sorted({p.path for p in self.partitions[index]})) or "no row groups"
 
     @property
@@ -147,29 +183,37 @@ class ParquetSource(Source):
         names = checked_columns(self._arrow_schema.names, columns, "the dataset")
         return pa.schema([self._arrow_schema.field(c) for c in names])
 
-    def _file_columns(self, target: Any) -> list[str]:
-        """The columns of ``target`` to read from the files (partition keys are not in them)."""
-        return [n for n in target.names if n not in self.partition_keys]
+    def _file_columns(self, path: str, target: Any) -> dict[str, str]:
+        """The columns of ``target`` to read from the file ``path``: the dataset's name -> the
+        file's (partition keys, and columns a table's older file lacks, are not in it)."""
+        if self._names_in_files is None:
+            return {n: n for n in target.names if n not in self.partition_keys}
+        stored = self._names_in_files[path]
+        return {n: stored[n] for n in target.names if n in stored}
 
     def _read_piece(self, piece: Piece, target: Any, memory_pool: Any) -> Any:
         try:
-            table = backend.read_parquet_arrow(piece.path, self._file_columns(target), piece.row_groups,
+            names = self._file_columns(piece.path, target)
+            table = backend.read_parquet_arrow(piece.path, list(names.values()), piece.row_groups,
                                                filesystem=self.files.fs, memory_pool=memory_pool)
-            return _conform(table, piece, target)
+            return _conform(_renamed(table, names), piece, target)
         except Exception as exc:
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
 
     def _read_piece_frame(self, piece: Piece, target: Any) -> Any:
-        columns = self._file_columns(target)
+        import pyarrow as pa
+
+        names = self._file_columns(piece.path, target)
         keys = key_columns(piece.partition, target, 1)  # one row, repeated on the device
         frame = None
-        if columns or not keys.num_columns:  # cuDF reads no rows without a column: keys alone make the rows
+        if names or not keys.num_columns:  # cuDF reads no rows without a column: keys alone make the rows
             try:
                 # the paths are spelled as the dataset's file system spells them
-                frame = backend.read_parquet(piece.path, columns, piece.row_groups, device=self.device,
+                frame = backend.read_parquet(piece.path, list(names.values()), piece.row_groups, device=self.device,
                                              filesystem=self.files.fs, host_columns=self._int96)
             except Exception as exc:
                 raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
+            frame = frame.rename(columns={stored: name for name, stored in names.items()})  # a table's older names
         if keys.num_columns:
             rows = piece.num_rows if frame is None else len(frame)
             one_row = backend.from_arrow(keys, self.device)
@@ -179,6 +223,13 @@ class ParquetSource(Source):
             else:
                 for name, values in repeated.items():
                     frame[name] = values
+        absent = [f for f in target if f.name not in names and f.name not in keys.column_names]
+        if absent:  # columns added to a table after the file was written: null in its rows
+            # piece.num_rows: a file read for no column at all may give a frame without rows
+            nulls = backend.from_arrow(pa.table({f.name: pa.nulls(piece.num_rows, f.type) for f in absent}),
+                                       self.device)
+            for field in absent:
+                frame[field.name] = nulls[field.name]
         # The dtypes of the meta, whatever the file's own: as _conform does for arrow tables.
         return conform_dtypes(frame, self._device_dtypes[target.names], piece.path)
 
@@ -195,10 +246,21 @@ def _conform(table: Any, piece: Piece, target: Any) -> Any:
     import pyarrow as pa
 
     keys = key_columns(piece.partition, target, table.num_rows)
-    key_names = set(keys.column_names)  # column_names builds a new list at every call
-    arrays = [keys.column(f.name) if f.name in key_names else table.column(f.name) for f in target]
+    key_names, stored = set(keys.column_names), set(table.column_names)  # column_names builds a new list per call
+    # a column neither a key nor in the file was added to a table after the file was written: null in its rows
+    arrays = [keys.column(f.name) if f.name in key_names else table.column(f.name) if f.name in stored
+              else pa.nulls(table.num_rows, f.type) for f in target]
     return pa.Table.from_arrays([a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, target)],
                                 schema=target)
+
+
+def _renamed(table: Any, names: Mapping[str, str]) -> Any:
+    """``table`` read with the file's column names, under the dataset's (``names``: dataset's -> file's)."""
+    import pyarrow as pa
+
+    if all(name == stored for name, stored in names.items()):
+        return table
+    return pa.table({name: table.column(stored) for name, stored in names.items()})
 
 
 def _naming(exc: Exception, where: str) -> Exception:

@@ -261,22 +261,69 @@ def decoded(arrow_type: Any) -> Any:
     return arrow_type
 
 
+# Columns matched by field id (Iceberg): the file's names may be older than the table's.
+FIELD_ID = b"PARQUET:field_id"
+
+
+def names_by_field_id(file_schema: Any, table_schema: Any, path: str, required: Sequence[str] = (),
+                      name_ids: Mapping[str, int] | None = None) -> dict[str, str]:
+    """The table's column name -> the file's name for the same field id, for the columns of
+    ``table_schema`` (whose fields carry their id in ``PARQUET:field_id`` metadata) that the
+    file stores: a file written before a rename has the old name; one written before a column
+    was added lacks it (the column is null in its rows), unless ``required`` names it. A file
+    storing its columns without field ids (added from elsewhere, a migrated table) has them
+    from the table's name mapping ``name_ids`` (a name the file uses -> field id; a column it
+    does not name is not the table's); without one it is refused, naming it and the column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> def field(name, id): return pa.field(name, pa.int64(), metadata={FIELD_ID: str(id)})
+        >>> names_by_field_id(pa.schema([field("old", 1)]), pa.schema([field("new", 1), field("added", 2)]), "f")
+        {'new': 'old'}
+        >>> names_by_field_id(pa.schema([("a", pa.int64())]), pa.schema([field("b", 1)]), "f", name_ids={"a": 1})
+        {'b': 'a'}
+    """
+    stored: dict[int, str] = {}
+    for field in file_schema:
+        if FIELD_ID in (field.metadata or {}):
+            stored[int(field.metadata[FIELD_ID])] = field.name
+        elif name_ids is None:
+            raise ValueError(f"{path}: column {field.name!r} has no field id (PARQUET:field_id), which Iceberg tables "
+                             "match columns by, and the table has no name mapping (schema.name-mapping.default) "
+                             "to give it one: rewrite the file with the table's writer")
+        elif field.name in name_ids:
+            stored[name_ids[field.name]] = field.name
+    names = {f.name: stored[int(f.metadata[FIELD_ID])] for f in table_schema if int(f.metadata[FIELD_ID]) in stored}
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise ValueError(f"{path} does not store the column(s) {missing}, whose values the table keeps as partition "
+                         "values only (a migrated table?); tabloader reads columns from the files: rewrite them with "
+                         "the table's writer")
+    return names
+
+
 # Nulls.
-def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys: Sequence[tuple]) -> frozenset[str]:
+def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys: Sequence[tuple],
+                                names_in_files: Sequence[Mapping[str, str]] | None = None) -> frozenset[str]:
     """The integer and boolean columns that may hold a null somewhere in the dataset.
 
     Decided once, from the footers, so that every partition (also one without a null) and the
     meta read such a column as the same nullable dtype. A row group may hold nulls when its
     statistics count some or do not say; a column the file declares required holds none; a
-    partition key may be null in a ``__HIVE_DEFAULT_PARTITION__`` folder.
+    partition key may be null in a ``__HIVE_DEFAULT_PARTITION__`` folder. ``names_in_files``
+    (a table matching columns by field id, see :func:`names_by_field_id`): per file, the
+    dataset's column name -> the file's; a column a file lacks is null in all its rows.
     """
     candidates = {f.name for f in arrow_schema if backend.has_nullable_dtype(f.type)}
     found = {name for pairs in keys for name, value in pairs if value is None and name in candidates}
     in_files = candidates - {name for pairs in keys for name, _ in pairs}  # a key is read from its folders
-    for footer in footers:
+    for i, footer in enumerate(footers):
+        as_read = {n: n for n in in_files} if names_in_files is None else \
+            {stored: name for name, stored in names_in_files[i].items()}
+        found |= {name for name in in_files if name not in as_read.values()}  # absent from the file: null
         leaves = [footer.schema.column(j) for j in range(footer.num_columns)]
-        optional = [(j, leaf.path) for j, leaf in enumerate(leaves)
-                    if leaf.path in in_files and leaf.max_definition_level > 0]
+        optional = [(j, as_read[leaf.path]) for j, leaf in enumerate(leaves)
+                    if leaf.path in as_read and as_read[leaf.path] in in_files and leaf.max_definition_level > 0]
         for i in range(footer.num_row_groups):
             row_group = footer.row_group(i)
             for j, name in optional:

@@ -5,9 +5,10 @@ Such a table's folders also hold the files that later versions replaced: an over
 delete, an update or a compaction writes new files and only marks the old ones removed in the
 table's log, until a vacuum deletes them. Read as plain parquet, the folder returns rows the
 table no longer holds, silently. A Delta table's own folder is read by its log (see
-:mod:`tabloader.dataset.delta`); a folder that is an Iceberg or Hudi table, or lies inside any
-of the three (a partition folder, Iceberg's ``data/``), is refused with what to do instead. A
-glob reads exactly the files it matches: the user's explicit choice.
+:mod:`tabloader.dataset.delta`), an Iceberg table's by its metadata (see
+:mod:`tabloader.dataset.iceberg`); a folder that is a Hudi table, or lies inside any of the
+three (a partition folder, Iceberg's ``data/``), is refused with what to do instead. A glob
+reads exactly the files it matches: the user's explicit choice.
 
 Example:
     >>> import fsspec, os, tempfile
@@ -28,8 +29,7 @@ from typing import Any, Sequence
 _FORMATS = (
     ("Delta Lake", "_delta_log", None),
     ("Apache Hudi", ".hoodie", "with Spark or Hudi's own reader, written out as plain parquet"),
-    ("Apache Iceberg", "metadata", "with pyiceberg, catalog.load_table(name).scan().to_arrow(), which "
-                                   "tl.Dataset also takes as it is when it fits in memory"),
+    ("Apache Iceberg", "metadata", None),
 )
 _HIVE_FOLDER = re.compile(r"[^/=]+=[^/]*")
 
@@ -58,7 +58,7 @@ def check_not_a_table(fs: Any, folder: str, item: str, listed: Sequence[str]) ->
     how = next(h for n, _, h in _FORMATS if n == name)
     if how is None:
         raise TableFormatError(f"{why}. Read the table's folder, {root}: tabloader reads its current version from "
-                               "its log, with the partition keys as columns to filter on")
+                               "its log or metadata, with the partition columns as columns to filter on")
     raise TableFormatError(
         f"{why}. tabloader does not read {name}'s list of current files: write the version you want to plain "
         f"parquet ({how}) and read that; or, if you know every file there is current (appends only, never "
@@ -75,6 +75,20 @@ def table_format_at(fs: Any, folder: str) -> tuple[str, str] | None:
         elif fs.exists(path):
             return name, marker
     return None
+
+
+def inside_folder(root: str, relative: str) -> str | None:
+    """``relative`` (a path a table's log or metadata names, decoded) joined to the table's
+    folder ``root``; None when it would lie outside: an absolute path, a URL, or one climbing
+    out with ``..`` (a table's files are read only from inside its folder).
+
+    Example:
+        >>> inside_folder("/t", "data/a.parquet"), inside_folder("/t", "../b.parquet"), inside_folder("/t", "s3://b/c")
+        ('/t/data/a.parquet', None, None)
+    """
+    if "://" in relative or relative.startswith("/") or ".." in relative.split("/"):
+        return None
+    return posixpath.join(root, relative)
 
 
 def _format_in_listing(folder: str, listed: Sequence[str]) -> tuple[str, str] | None:

@@ -115,8 +115,8 @@ def _numeric_dtype(name: str, dtype: str | None) -> str:
 def _how_to_encode(dtype: str | None, np_dtype: Any) -> str:
     """What to do with a column of ``dtype`` before loading it (Categorify takes no dates)."""
     if (np_dtype is not None and np_dtype.kind in "mM") or str(dtype).startswith(("date", "timestamp", "time")):
-        return ("turn it into numbers first, for instance with a LambdaOp returning col.dt.weekday or "
-                "col.dt.hour (Categorify takes no dates or times)")
+        return ("turn it into numbers first, for instance with ops.DatetimeFeatures(['day_of_week', 'hour']) "
+                "(then Categorify for embeddings; Categorify takes no dates or times themselves)")
     if str(dtype).startswith("decimal"):
-        return "cast it to a float first, for instance with LambdaOp(f, dtype='float64') returning the column"
+        return "cast it to a float first: ops.AsType('float32') in the workflow"
     return "encode it first (for instance with a Categorify op)"

@@ -5,10 +5,12 @@ Example:
     >>> node = ["I1", "I2"] >> ops.FillMissing(0) >> ops.LogOp >> ops.Normalize()
 """
 
+from tabloader.ops.astype import AsType
 from tabloader.ops.base import NotFittedError, Operator, StatOperator
 from tabloader.ops.categorify import Categorify
 from tabloader.ops.columns import AddProperties, AddTags, ReduceDtypeSize, Rename
 from tabloader.ops.data_stats import DataStats
+from tabloader.ops.datetime_features import DatetimeFeatures
 from tabloader.ops.difference_lag import DifferenceLag
 from tabloader.ops.drop_low_cardinality import DropLowCardinality
 from tabloader.ops.embedding_sizes import get_embedding_sizes
@@ -28,7 +30,7 @@ __all__ = [
     "Operator", "StatOperator", "NotFittedError",
     "Categorify", "HashBucket", "HashedCross", "JoinGroupby", "TargetEncoding",
     "FillMissing", "FillMedian", "Normalize", "NormalizeMinMax", "LogOp", "Clip", "Bucketize",
-    "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "Filter", "Dropna",
+    "LambdaOp", "Rename", "AddTags", "AddProperties", "ReduceDtypeSize", "AsType", "DatetimeFeatures", "Filter", "Dropna",
     "DifferenceLag", "ValueCount", "ListSlice",
     "Groupby", "JoinExternal", "DropLowCardinality", "DataStats",
     "get_embedding_sizes",

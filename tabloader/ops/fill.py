@@ -26,7 +26,8 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
     """``frame[cols]`` with nulls replaced by ``values[col]``, plus the ``_filled`` indicators.
 
     With ``float_fallback``, a nullable integer column whose fill value is not an integer (a
-    median of 2.5) becomes float64 (in every partition, with or without nulls).
+    median of 2.5) becomes float64 (in every partition, with or without nulls), and so does a
+    decimal column (see :func:`_needs_floats`).
     """
     out: dict[str, Any] = {}
     indicators: dict[str, Any] = {}
@@ -39,8 +40,7 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
         if lists is not None:
             out[col] = _fill_lists(op, col, lists, value)
             continue
-        if float_fallback and backend.nullable_integers(series) \
-                and not float(value).is_integer():  # decided by the fitted value: same dtype in every partition
+        if float_fallback and _needs_floats(series, value):
             series = series.astype("float64")
         floats = backend.host_float_values(series)
         if floats is not None and (_holds_exactly(floats.dtype, value) or _is_python_number(value)):
@@ -56,6 +56,16 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
                             f"with {values[col]!r}: {exc}") from exc
     out.update(indicators)
     return backend.frame_from_columns(out, frame.index, like=frame)
+
+
+def _needs_floats(series: Any, value: float) -> bool:
+    """True when a fitted statistic fills ``series`` as float64: a nullable integer column whose
+    value is not a whole number (decided by the fitted value, so every partition gets the same
+    dtype), and any decimal column (the statistic is a float: as a decimal it would be rounded
+    to the column's scale, or refused)."""
+    if backend.is_decimal_dtype(series.dtype):
+        return True
+    return backend.nullable_integers(series) and not float(value).is_integer()
 
 
 def _is_python_number(value: Any) -> bool:
@@ -177,7 +187,8 @@ class FillMedian(StatOperator):
     ``relative_accuracy * |median|`` of ``numpy.median`` of the finite values (see
     :mod:`tabloader.ops.sketch` for the precise bound). NaN and +-inf are left out of the
     statistics. A column without any finite value gets a NaN median (a warning names it), so
-    its nulls stay null. Outputs are tagged ``continuous``.
+    its nulls stay null. Decimal columns come out as float64 (the median is a float). Outputs
+    are tagged ``continuous``.
 
     Args:
         add_binary_cols: also output ``<col>_filled`` (bool, True where a null was filled).

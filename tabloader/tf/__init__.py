@@ -24,6 +24,11 @@ uses Triton too (``tabloader.torch`` kernels), import triton before this module*
 triton after TensorFlow registers LLVM options twice and kills the process.
 """
 
+from tabloader.extras import require
+
+require("tensorflow", "tf", "tabloader.tf")
+require("keras", "tf", "tabloader.tf")
+
 from tabloader.tf.layers import (
     EmbeddingFeatures,
     MultiHotEmbeddings,

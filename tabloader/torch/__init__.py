@@ -9,6 +9,10 @@ Example:
     ('Loader', 'FusedEmbeddingCollection')
 """
 
+from tabloader.extras import require
+
+require("torch", "torch", "tabloader.torch")
+
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.layers import (
     ConcatenatedEmbeddings,

@@ -4,8 +4,9 @@ beside each Delta table its rows as deltalake reads them (``<name>.jsonl``, sort
 
 Reading such a folder as plain parquet returns rows the table no longer holds: an overwrite, a
 delete or a compaction leaves the old files in place until they are vacuumed. The tests check
-that tabloader reads a Delta table's current version from its log and refuses the rest. CI lacks the libraries (deltalake alone is a
-50 MB wheel), so the files are committed; this script is how they were made::
+that tabloader reads a Delta table's current version from its log and an Iceberg table's from
+its metadata. CI lacks deltalake (a 50 MB wheel), so the files are committed; this script is
+how they were made::
 
     python3 -m venv /tmp/lake-venv
     /tmp/lake-venv/bin/pip install deltalake==1.6.6 "pyiceberg[sql-sqlite,pyarrow]==0.12.0" pyarrow

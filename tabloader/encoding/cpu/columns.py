@@ -49,6 +49,9 @@ def _arrow_bool(keep: np.ndarray) -> Any:
 
 def _type_error(op: Any, name: Any, dtype: Any, detail: str = "") -> TypeError:
     label = label_of(op)
+    if not detail and backend.is_decimal_dtype(dtype):
+        detail = ("; cast a decimal first: ops.AsType('string') for ids of any size (or 'int64' when they fit), "
+                  "ops.AsType('float64') for amounts")
     return TypeError(f"{label} cannot encode column {name!r} of dtype {dtype}: it takes integer, boolean, float, "
                      f"string or categorical columns (or lists of those){detail}")
 

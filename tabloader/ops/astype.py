@@ -1,0 +1,123 @@
+""":class:`AsType`: cast columns to a number or text type, checked so that no value changes.
+
+Why an operator for what ``LambdaOp`` could do: a workflow is saved as data, and a LambdaOp's
+function must be a module-level function that the loading side trusts. A cast is the most
+common such function -- Spark's and Oracle's ``DECIMAL`` amounts and ids, which the loader
+refuses and Categorify does not encode -- and AsType saves as its dtype name alone.
+"""
+
+from __future__ import annotations
+
+import decimal
+from typing import Any
+
+import numpy as np
+
+from tabloader import backend
+from tabloader.ops.base import Columns, Operator, flatten_columns
+from tabloader.schema import Tags
+
+_FLOATS = ("float32", "float64")
+_INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_TEXT = ("string",)
+TARGETS = _FLOATS + _INTEGERS + _TEXT
+
+
+class AsType(Operator):
+    """Cast the selected columns to ``dtype``; a value the cast would change is an error.
+
+    - ``"float32"``/``"float64"``: from numbers, decimals and booleans; nulls become NaN.
+      Outputs are tagged ``continuous``.
+    - ``"int8"`` ... ``"int64"``, ``"uint8"`` ... ``"uint64"``: from integers, booleans, and
+      floats and decimals holding whole numbers. A fraction, NaN-free infinity or a value
+      outside the type's range raises ``ValueError`` naming the column and the value (a plain
+      cast would truncate or wrap it). Nulls stay null: on pandas the result is the nullable
+      dtype (``Int64``...) unless the input was a numpy integer or boolean column.
+    - ``"string"``: from integers, decimals (``1.50`` keeps its scale, as Spark writes it) and
+      strings; text in pandas 3's ``str`` dtype (cuDF's strings on the GPU), nulls stay null.
+      Floats are refused: their text depends on formatting; cast them to an integer first.
+
+    Example (a Spark ``DECIMAL(38,0)`` id to text for Categorify, an amount to float)::
+
+        >>> import decimal, pandas as pd, pyarrow as pa, tabloader as tl
+        >>> from tabloader.ops.astype import AsType
+        >>> dec = lambda values, scale: pd.array([decimal.Decimal(v) for v in values],
+        ...                                      dtype=pd.ArrowDtype(pa.decimal128(38, scale)))
+        >>> df = pd.DataFrame({"id": dec(["12345678901234567890123", "7"], 0), "amount": dec(["1.50", "2.25"], 2)})
+        >>> wf = tl.Workflow((["id"] >> AsType("string")) + (["amount"] >> AsType("float32")), progress=False)
+        >>> out = wf.fit_transform(df)
+        >>> out["id"].tolist(), out["amount"].tolist(), str(out["amount"].dtype)
+        (['12345678901234567890123', '7'], [1.5, 2.25], 'float32')
+    """
+
+    def __init__(self, dtype: str) -> None:
+        dtype = "string" if dtype in ("str", str) else str(dtype)
+        if dtype not in TARGETS:
+            raise ValueError(f"AsType(dtype={dtype!r}): expected one of {list(TARGETS)}")
+        self.dtype = dtype
+        if dtype in _FLOATS:  # a number now, no longer a category
+            self.output_tags, self.remove_tags = (Tags.CONTINUOUS,), (Tags.CATEGORICAL,)
+
+    def transform(self, columns: Columns, frame: Any) -> Any:
+        out = {col: self._cast(col, frame[col]) for col in flatten_columns(columns)}
+        return backend.frame_from_columns(out, frame.index, like=frame)
+
+    def _cast(self, col: str, series: Any) -> Any:
+        kind = _kind(series)
+        if self.dtype in _FLOATS and kind in "biufd":
+            return backend.column_values(series, self.dtype)
+        if self.dtype in _INTEGERS and kind in "biufd":
+            return self._integers(col, series, kind)
+        if self.dtype in _TEXT and kind in "iuTd":
+            return backend.as_strings(series)
+        raise TypeError(f"{self.label} cannot cast column {col!r} of dtype {series.dtype} to {self.dtype}: "
+                        f"{_ACCEPTED[self.dtype]}")
+
+    def _integers(self, col: str, series: Any, kind: str) -> Any:
+        if kind == "f":
+            series = backend.nans_as_nulls(series)  # cuDF keeps NaN apart from its nulls; pandas casts NaN to NA
+        if kind in "fd":
+            fractional = (series.round(0) != series) & series.notna()
+            if bool(fractional.any()):
+                raise ValueError(self._changed(col, series[fractional], "has a fraction",
+                                               "round it first, or cast to a float"))
+        if kind != "b" and len(series):
+            info = np.iinfo(np.dtype(self.dtype))
+            # decimals compare exactly with decimal bounds (uint64's top does not fit arrow's int64)
+            low, high = (decimal.Decimal(int(info.min)), decimal.Decimal(int(info.max))) if kind == "d" \
+                else (int(info.min), int(info.max))
+            outside = ((series < low) | (series > high)) & series.notna()
+            if bool(outside.any()):
+                raise ValueError(self._changed(col, series[outside], f"is outside {self.dtype}'s range",
+                                               "cast ids to 'string', amounts to a float, or use a wider type"))
+        return series.astype(backend.integer_dtype(series, self.dtype))
+
+    def _changed(self, col: str, bad: Any, why: str, what_to_do: str) -> str:
+        value = backend.to_host(bad.head(1)).iloc[0]
+        return (f"{self.label}: column {col!r} holds {value} ({len(bad)} such value(s)), which {why}: casting it to "
+                f"{self.dtype} would change it; {what_to_do}")
+
+
+_ACCEPTED = {
+    **{t: "it takes numbers, decimals and booleans" for t in _FLOATS},
+    **{t: "it takes integers, booleans, and floats and decimals holding whole numbers" for t in _INTEGERS},
+    "string": "it takes integers, decimals and strings (a float's text depends on formatting: cast it to an "
+              "integer first)",
+}
+
+
+def _kind(series: Any) -> str:
+    """One letter: numpy's kind for numbers and booleans (nullable ones too), ``d`` for
+    decimals, ``T`` for text, ``?`` for anything else."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype, is_string_dtype
+
+    dtype = series.dtype
+    if backend.is_decimal_dtype(dtype):
+        return "d"
+    if is_bool_dtype(dtype):
+        return "b"
+    if is_numeric_dtype(dtype):
+        return np.dtype(getattr(dtype, "numpy_dtype", dtype)).kind
+    if is_string_dtype(dtype) and not backend.is_list_dtype(dtype):
+        return "T"
+    return "?"
