@@ -253,7 +253,8 @@ def as_is(col):
 
 
 @gpu
-@pytest.mark.parametrize("column, advice", [("day", r"numbers first.*LambdaOp"), ("dec_int32", "cast it to a float")])
+@pytest.mark.parametrize("column, advice", [("day", r"numbers first.*DatetimeFeatures"),
+                                            ("dec_int32", r"cast it to a float.*AsType")])
 def test_the_loader_refuses_dates_and_decimals_of_gpu_datasets(column, advice):
     """As read, and after a workflow on the GPU (whose schema then comes from cuDF's dtypes:
     datetime64[s] for a date, decimal128 for a decimal), with the CPU's advice."""
