@@ -66,7 +66,6 @@ class ParquetSource(Source):
 
     def __init__(self, files: FileSet, part_size: int, device: str = "cpu",
                  columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None) -> None:
-
         super().__init__(device)
         self.files = files
         footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
