@@ -597,6 +597,18 @@ def is_decimal_dtype(dtype: Any) -> bool:
     return type(dtype).__name__ in ("Decimal32Dtype", "Decimal64Dtype", "Decimal128Dtype")
 
 
+def decimal_precision_scale(dtype: Any) -> tuple[int, int]:
+    """``(precision, scale)`` of a decimal dtype of pandas (arrow-backed) or cuDF.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> decimal_precision_scale(pd.ArrowDtype(pa.decimal128(10, 2)))
+        (10, 2)
+    """
+    typed = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else dtype
+    return int(typed.precision), int(typed.scale)
+
+
 def as_strings(series: Any) -> Any:
     """``series`` as text: pandas 3's ``str`` dtype (:data:`STRING_DTYPE`) on the host, cuDF's
     strings on the GPU; nulls stay null.

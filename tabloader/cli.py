@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("spec", metavar="WORKFLOW_SPEC", help="a .yaml/.yml/.json or .py file (see below)")
     fit.add_argument("data", metavar="DATA", help="parquet/CSV file, directory or glob")
     fit.add_argument("out", metavar="OUT", help="directory to save the fitted workflow to")
+    _filter_argument(fit)
     fit.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     fit.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("workflow", metavar="WORKFLOW_DIR", help="a directory written by `tabloader fit`")
     transform.add_argument("data", metavar="DATA", help="parquet/CSV file, directory or glob")
     transform.add_argument("out", metavar="OUT", help="output directory")
+    _filter_argument(transform)
     transform.add_argument("--output-files", type=_positive_int, default=None,
                            help="number of parquet files (default: one per partition)")
     transform.add_argument("--shuffle", action="store_true", help="shuffle rows within partitions and the files")
@@ -166,13 +168,28 @@ def cmd_synth(args: argparse.Namespace) -> None:
           f"in {time.perf_counter() - start:.1f} s")
 
 
+def _filter_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--filter", nargs=3, action="append", default=None, metavar=("KEY", "OP", "VALUE"),
+                         dest="filters", help="read only the files whose hive key KEY (a key=value folder) passes OP "
+                         "VALUE, e.g. --filter dt '>=' 2024-12-01 (ops: == != < <= > >= in 'not in'; in takes "
+                         "VALUE,VALUE,...); repeated: all must hold")
+
+
+def filters_of(args: argparse.Namespace) -> list | None:
+    """The ``--filter KEY OP VALUE`` options as ``Dataset(filters=...)`` takes them (values as
+    text: the key's type reads them; ``in`` lists split at commas)."""
+    if not args.filters:
+        return None
+    return [(key, op, value.split(",") if op in ("in", "not in") else value) for key, op, value in args.filters]
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
     from tabloader import Dataset
     from tabloader.describe import describe_schema
 
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-    dataset = Dataset(args.data)
+    dataset = Dataset(args.data, filters=filters_of(args))
     workflow = load_workflow_spec(args.spec, dataset.schema)  # a column the data lacks is named here or by fit
     start = time.perf_counter()
     workflow.fit(dataset, progress=not args.quiet)
@@ -188,7 +205,7 @@ def cmd_transform(args: argparse.Namespace) -> None:
     workflow = load_saved_workflow(args.workflow, args.trust)
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-    dataset = Dataset(args.data)
+    dataset = Dataset(args.data, filters=filters_of(args))
     missing = [c for c in workflow.input_columns if c not in dataset.schema]
     if missing:
         raise CommandError(f"the workflow {args.workflow} reads column(s) {missing}, which {args.data} lacks "

@@ -468,3 +468,23 @@ def test_after_a_sigkill_the_next_write_succeeds_and_leaves_no_temporary(tmp_pat
     assert os.listdir(tmp_path) == ["out"]
     assert sorted(os.listdir(out)) == ["_schema.json", "part_00000.parquet", "part_00001.parquet", "part_00002.parquet"]
     assert sum(pq.ParquetFile(os.path.join(out, f"part_{i:05d}.parquet")).metadata.num_rows for i in range(3)) == 3000
+
+
+def test_fit_and_transform_read_the_days_their_filters_keep(tmp_path, capsys):
+    """Fit on some days of daily folders, transform others: ``--filter KEY OP VALUE``."""
+    for k in range(4):  # x is the day's number: the output says which days were read
+        folder = tmp_path / "raw" / f"dt=2024-12-0{k + 1}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"x": [float(k)] * 5}), folder / "part-0.parquet")
+    (tmp_path / "spec.yaml").write_text("groups:\n  - columns: [x]\n    ops: [Clip: {min_value: 0}]\n")
+    fit = ["fit", str(tmp_path / "spec.yaml"), str(tmp_path / "raw"), str(tmp_path / "wf"), "--quiet",
+           "--filter", "dt", "<", "2024-12-03", "--filter", "dt", "not in", "2024-12-02,2024-12-09"]
+    assert cli.main(fit) == 0
+    assert "fitted on 5 rows" in capsys.readouterr().out  # only 2024-12-01
+    transform = ["transform", str(tmp_path / "wf"), str(tmp_path / "raw"), str(tmp_path / "out"), "--quiet",
+                 "--filter", "dt", "in", "2024-12-03,2024-12-04"]
+    assert cli.main(transform) == 0
+    assert sorted(pd.read_parquet(tmp_path / "out")["x"].tolist()) == [2.0] * 5 + [3.0] * 5
+    assert cli.main(["fit", str(tmp_path / "spec.yaml"), str(tmp_path / "raw"), str(tmp_path / "wf2"), "--quiet",
+                     "--filter", "day", "==", "1"]) == 2
+    assert "filters name 'day', which is not a partition key" in capsys.readouterr().err

@@ -114,6 +114,9 @@ def test_integer_casts_keep_nulls_with_one_dtype_in_every_partition(tmp_path):
     (pd.Series(np.array([1, 2**64 - 1], dtype=np.uint64)), "int64", "18446744073709551615 .*outside int64's range"),
     (pd.Series(pd.array([decimal.Decimal("1"), decimal.Decimal("99999999999999999999")],
                         dtype=pd.ArrowDtype(pa.decimal128(20, 0)))), "uint64", "99999999999999999999 .*outside"),
+    (pd.Series(pd.array([decimal.Decimal("3000000000.00"), None], dtype=pd.ArrowDtype(pa.decimal128(12, 2)))),
+     "int32", r"3000000000.00 .*outside int32's range"),
+    (pd.Series(pd.array([decimal.Decimal("-1")], dtype=pd.ArrowDtype(pa.decimal128(3, 0)))), "uint8", "-1 .*outside"),
 ])
 def test_an_integer_cast_that_would_change_a_value_is_refused(values, dtype, named):
     with pytest.raises(ValueError, match=f"column 'x' holds {named}"):

@@ -53,6 +53,13 @@ class Dataset:
             instead of those inferred from their values: a dict (key name -> ``"string"``,
             ``"int32"``, ``"int64"``, ``"float64"``, ``"date32"``, ``"timestamp[us]"`` or that
             pyarrow type), or one of these types for every key (``"string"``: no inference).
+        filters: read only the files whose partition keys (``key=value`` folders, a Delta
+            table's partition columns) pass, as in ``pandas.read_parquet(filters=...)``: a list
+            of ``(key, op, value)`` that must all hold, or a list of such lists any of which may
+            hold; ops ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in``; values of
+            the key's type (a date key takes ``"2024-12-01"`` too). Whole files are kept or
+            dropped, the others never opened; a null key passes nothing. Rows are kept by
+            other columns' values with ``ops.Filter`` in a workflow.
         **read_kwargs: passed to the CSV reader (``sep``, ``names``, ...).
 
     Parquet files are read as their writer (pyarrow, Spark, DuckDB, polars, pandas) left
@@ -104,13 +111,14 @@ class Dataset:
     def __init__(self, source: Any, engine: str | None = None, part_size: int | str = "128MB",
                  schema: Schema | str | None = None, device: str | None = None,
                  columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None,
-                 **read_kwargs: Any) -> None:
+                 filters: Any = None, **read_kwargs: Any) -> None:
         self.part_size = parse_size(part_size, "part_size")
         self.device = backend.resolve_frame_device(device)
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
         self._source = _open_source(source, engine, self.part_size, self.device,
-                                    [columns] if isinstance(columns, str) else columns, partition_types, read_kwargs)
+                                    [columns] if isinstance(columns, str) else columns, partition_types, filters,
+                                    read_kwargs)
         self.engine = self._source.engine or engine
         self._transforms: tuple[PartitionTransform, ...] = ()
         sizes = self._source.partition_sizes()
@@ -335,7 +343,7 @@ class _PartitionReader:
 
 
 def _open_source(source: Any, engine: str | None, part_size: int, device: str, columns: Sequence[str] | None,
-                 partition_types: Mapping[str, Any] | str | None, read_kwargs: dict) -> Source:
+                 partition_types: Mapping[str, Any] | str | None, filters: Any, read_kwargs: dict) -> Source:
     """The :class:`Source` for what the user gave: the one place the kinds of data are told apart."""
     if _is_dask_frame(source):
         opened: Source = DaskSource(select(source, columns, "the Dask DataFrame"), device)
@@ -344,15 +352,16 @@ def _open_source(source: Any, engine: str | None, part_size: int, device: str, c
     elif is_arrow_data(source):  # after frames: pandas' own exports an Arrow stream too
         opened = ArrowSource(source, part_size, device, columns)
     elif iceberg.is_iceberg_table(source):
-        return ParquetSource(iceberg.scan_files(source), part_size, device, columns, partition_types)
+        return ParquetSource(iceberg.scan_files(source), part_size, device, columns, partition_types, filters)
     else:
         files = FileSet.find(source)
         if (engine or files.infer_engine()) != "csv":
-            return ParquetSource(files, part_size, device, columns, partition_types)
+            return ParquetSource(files, part_size, device, columns, partition_types, filters)
         opened = CsvSource(files, part_size, device, columns, read_kwargs)
-    if partition_types is not None:
-        raise ValueError(f"partition_types={partition_types!r} types the key=value folders of parquet files; "
-                         f"this source is {opened.summary}")
+    for name, given in (("partition_types", partition_types), ("filters", filters)):
+        if given is not None:
+            raise ValueError(f"{name}={given!r} applies to the key=value folders of parquet files; "
+                             f"this source is {opened.summary}")
     return opened
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
+from tabloader.dataset.partition_filters import kept_files
 from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, file_fields, fixed_list_widths,
                                               fixed_widths, hive_keys, in_memory_bytes, int96_columns, key_columns,
                                               names_by_field_id, read_footer)
@@ -60,15 +61,18 @@ class ParquetSource(Source):
         columns: read only these columns, in this order (by default every column).
         partition_types: the types of some hive keys (name -> type), or of all (one type), instead
             of those inferred from their values: see :func:`~tabloader.dataset.parquet_layout.hive_keys`.
+        filters: keep only the files whose hive keys pass these conditions (see
+            :mod:`~tabloader.dataset.partition_filters`); the others are never opened.
     """
 
     engine = "parquet"
 
     def __init__(self, files: FileSet, part_size: int, device: str = "cpu",
-                 columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None) -> None:
-        import pyarrow as pa
-
+                 columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None,
+                 filters: Any = None) -> None:
         super().__init__(device)
+        if filters is not None:
+            files = _filtered(files, partition_types, filters)
         self.files = files
         footers = for_each_file(lambda path: read_footer(path, files.fs), files.paths)
         if files.table_schema is None:
@@ -92,9 +96,7 @@ class ParquetSource(Source):
 
         files = self.files
         stored = [file_fields(f.arrow_schema) for f in footers]
-        if files.key_types and not isinstance(partition_types, str):  # a Delta table's, unless the user's
-            partition_types = {**files.key_types, **(partition_types or {})}
-        key_types, keys = hive_keys(files.paths, files.bases, partition_types, stored)
+        key_types, keys = hive_keys(files.paths, files.bases, _given_key_types(files, partition_types), stored)
         fields = [{n: t for n, t in found.items() if n not in key_types} for found in stored]  # keys: from folders
         check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}
                                         for found, pairs in zip(fields, keys)], columns)
@@ -237,6 +239,24 @@ class ParquetSource(Source):
     def _device_dtypes(self) -> Any:
         """The dtypes of the frames :meth:`read_frame` gives (those of the meta), by column name."""
         return self.meta().dtypes
+
+
+def _given_key_types(files: FileSet, partition_types: Mapping[str, Any] | str | None) -> Any:
+    """The key types the user's ``partition_types`` give, over those of a Delta table's log."""
+    if files.key_types and not isinstance(partition_types, str):
+        return {**files.key_types, **(partition_types or {})}
+    return partition_types
+
+
+def _filtered(files: FileSet, partition_types: Mapping[str, Any] | str | None, filters: Any) -> FileSet:
+    """``files`` less those whose partition keys do not pass ``filters``."""
+    if files.table_schema is not None:
+        raise ValueError(f"filters={filters!r} keep or drop the files of key=value folders; the table at "
+                         f"{files.directory} is read from its metadata: give its scan a row_filter on identity "
+                         "partition columns instead (tl.Dataset(table.scan(row_filter=...)))")
+    kept = kept_files(files.paths, files.bases, _given_key_types(files, partition_types), filters, files.directory)
+    return dataclasses.replace(files, paths=[files.paths[i] for i in kept], bases=[files.bases[i] for i in kept],
+                               urls=[files.urls[i] for i in kept])
 
 
 def _conform(table: Any, piece: Piece, target: Any) -> Any:

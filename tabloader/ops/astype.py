@@ -81,16 +81,31 @@ class AsType(Operator):
             if bool(fractional.any()):
                 raise ValueError(self._changed(col, series[fractional], "has a fraction",
                                                "round it first, or cast to a float"))
-        if kind != "b" and len(series):
-            info = np.iinfo(np.dtype(self.dtype))
-            # decimals compare exactly with decimal bounds (uint64's top does not fit arrow's int64)
-            low, high = (decimal.Decimal(int(info.min)), decimal.Decimal(int(info.max))) if kind == "d" \
-                else (int(info.min), int(info.max))
-            outside = ((series < low) | (series > high)) & series.notna()
-            if bool(outside.any()):
-                raise ValueError(self._changed(col, series[outside], f"is outside {self.dtype}'s range",
-                                               "cast ids to 'string', amounts to a float, or use a wider type"))
+        outside = self._outside_the_range(series, kind)
+        if outside is not None and bool(outside.any()):
+            raise ValueError(self._changed(col, series[outside], f"is outside {self.dtype}'s range",
+                                           "cast ids to 'string', amounts to a float, or use a wider type"))
         return series.astype(backend.integer_dtype(series, self.dtype))
+
+    def _outside_the_range(self, series: Any, kind: str) -> Any:
+        """The rows whose values the target type cannot hold (None: none can be, by the dtype)."""
+        info = np.iinfo(np.dtype(self.dtype))
+        low, high = int(info.min), int(info.max)
+        if kind == "b" or not len(series):
+            return None
+        if kind == "d":
+            # Only the bounds the column's digits can pass, compared as decimals: exact, and small enough for
+            # cuDF's 64-bit decimals (a decimal(18, 0) never passes int64's bounds: no comparison at all).
+            precision, scale = backend.decimal_precision_scale(series.dtype)
+            largest = 10 ** (precision - scale)  # every |value| is below it
+            low, high = (decimal.Decimal(b) if b is not None else None
+                         for b in (low if -largest < low else None, high if largest > high else None))
+        checks = [series < low if low is not None else None, series > high if high is not None else None]
+        checks = [c for c in checks if c is not None]
+        if not checks:
+            return None
+        outside = checks[0] if len(checks) == 1 else checks[0] | checks[1]
+        return outside & series.notna()
 
     def _changed(self, col: str, bad: Any, why: str, what_to_do: str) -> str:
         value = backend.to_host(bad.head(1)).iloc[0]

@@ -1,0 +1,119 @@
+"""``Dataset(path, filters=...)``: files kept or dropped by their hive keys, before any is opened.
+
+Data: Spark's typed hive folders (tests/data/spark/hive_typed: a date, a timestamp, a double,
+null keys), a Delta table written by delta-rs, and daily folders written here. Expected rows
+are chosen from Spark's and deltalake's own renderings of the rows (the .jsonl files) with
+Python's comparisons.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tabloader as tl
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+HIVE_TYPED = os.path.join(DATA, "spark", "hive_typed")
+DELTA = os.path.join(DATA, "tables", "delta")
+
+
+def rows_of(jsonl: str) -> list[dict]:
+    with open(jsonl) as f:
+        return [json.loads(line) for line in f]
+
+
+def ids(ds: tl.Dataset) -> list[int]:
+    return sorted(ds.compute()["id"].tolist())
+
+
+def day(text: str | None) -> datetime.date | None:
+    return None if text is None else datetime.date.fromisoformat(text[:10])
+
+
+def test_sparks_date_timestamp_and_double_keys_filter_as_their_types():
+    rows = rows_of(HIVE_TYPED + ".jsonl")
+    first = datetime.date(2024, 1, 1)
+    cases = [
+        ([("dt", "==", "2024-01-02")], lambda r: day(r["dt"]) == datetime.date(2024, 1, 2)),
+        ([("dt", ">", first)], lambda r: r["dt"] is not None and day(r["dt"]) > first),
+        ([("dt", "!=", first)], lambda r: r["dt"] is not None and day(r["dt"]) != first),  # null keys: unknown
+        ([("score", ">=", 0.5), ("dt", "in", ["2024-01-01"])],
+         lambda r: r["score"] is not None and r["score"] >= 0.5 and day(r["dt"]) == first),
+        ([[("score", "<", 0)], [("at", ">=", datetime.datetime(2024, 1, 2, 11))]],  # either
+         lambda r: (r["score"] is not None and r["score"] < 0)
+         or (r["at"] is not None and datetime.datetime.fromisoformat(r["at"]) >= datetime.datetime(2024, 1, 2, 11))),
+        ([("score", "not in", [2.0, -1.25])], lambda r: r["score"] is not None and r["score"] not in (2.0, -1.25)),
+    ]
+    for filters, keep in cases:
+        expected = sorted(r["id"] for r in rows if keep(r))
+        assert expected and len(expected) < len(rows), filters  # the case keeps some rows, not all
+        assert ids(tl.Dataset(HIVE_TYPED, filters=filters)) == expected, filters
+
+
+def test_a_delta_tables_partition_values_filter_its_current_files():
+    rows = rows_of(DELTA + ".jsonl")
+    ds = tl.Dataset(DELTA, filters=[("dt", "==", "2024-01-02")])
+    assert ids(ds) == sorted(r["id"] for r in rows if r["dt"] == "2024-01-02")
+    assert ds.num_rows == len(ids(ds))
+
+
+def write_days(root, days: int, corrupt_day: int | None = None) -> list[datetime.date]:
+    dates = [datetime.date(2024, 12, 1) + datetime.timedelta(days=k) for k in range(days)]
+    for k, date in enumerate(dates):
+        folder = root / f"dt={date.isoformat()}"
+        folder.mkdir(parents=True)
+        if k == corrupt_day:
+            (folder / "part-0.parquet").write_bytes(b"not parquet at all")
+            continue
+        pq.write_table(pa.table({"id": np.arange(k * 10, k * 10 + 10), "x": np.full(10, float(k))}),
+                       folder / "part-0.parquet")
+    return dates
+
+
+def test_the_dropped_files_are_never_opened(tmp_path):
+    write_days(tmp_path, 5, corrupt_day=0)  # day 0 could not even be read
+    ds = tl.Dataset(str(tmp_path), filters=[("dt", ">=", "2024-12-02"), ("dt", "<", "2024-12-04")])
+    assert ids(ds) == list(range(10, 30)) and ds.num_rows == 20
+    assert all("dt=2024-12-01" not in p for p in ds.source.files.paths)
+    with pytest.raises(Exception, match="dt=2024-12-01"):  # unfiltered, the broken file is met (and named)
+        tl.Dataset(str(tmp_path)).compute()
+
+
+def test_training_days_and_the_next_day_feed_a_workflow_and_the_loader(tmp_path):
+    write_days(tmp_path / "raw", 6)
+    train = tl.Dataset(str(tmp_path / "raw"), filters=[("dt", "<", "2024-12-05")])
+    valid = tl.Dataset(str(tmp_path / "raw"), filters=[("dt", "==", "2024-12-05")])
+    wf = tl.Workflow(["id"] + (["x"] >> tl.ops.Normalize()), progress=False).fit(train)
+    x = np.repeat(np.arange(4.0), 10)  # the training days' x, by hand
+    out = np.concatenate([np.asarray(f["x"]) for f, _ in tl.Loader(wf.transform(valid), batch_size=4,
+                                                                   continuous=["x"], shuffle=False)])
+    np.testing.assert_allclose(out, np.full(10, (4.0 - x.mean()) / x.std()), rtol=1e-6)
+
+
+@pytest.mark.parametrize("filters, message", [
+    ([("x", ">", 1)], r"filters name 'x', which is not a partition key of .* \(its partition keys are \['dt'\]\).*ops.Filter"),
+    ([("dt", "~", 1)], r"has the operator '~'; expected one of"),
+    ([("dt", "in", "2024-12-01")], r"'in' takes a list of values"),
+    ([("dt", ">", "yesterday")], r"'yesterday' is not a value of the key 'dt', which is date32"),
+    ([("dt", ">", "2030-01-01")], r"keep none of the 3 files of .*'dt': \[datetime.date\(2024, 12, 1\)"),
+    ([], r"expected a non-empty list"),
+    ([("dt", "==")], r"is not a \(key, op, value\) condition"),
+])
+def test_bad_filters_are_refused_naming_the_key_and_value(tmp_path, filters, message):
+    write_days(tmp_path, 3)
+    with pytest.raises(ValueError, match=message):
+        tl.Dataset(str(tmp_path), filters=filters)
+
+
+def test_filters_on_a_source_without_folders_are_refused():
+    import pandas as pd
+
+    with pytest.raises(ValueError, match=r"filters=.* applies to the key=value folders of parquet files"):
+        tl.Dataset(pd.DataFrame({"dt": [1]}), filters=[("dt", "==", 1)])
