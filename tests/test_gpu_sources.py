@@ -266,6 +266,25 @@ def test_the_loader_refuses_dates_and_decimals_of_gpu_datasets(column, advice):
         next(iter(Loader(out, batch_size=4, continuous=[column])))
 
 
+@gpu
+@pytest.mark.parametrize("column", ["day", "dec_int32"])
+def test_the_loaders_advice_gives_the_cpus_values_on_the_gpu(column):
+    """What the refusal suggests (ops.DatetimeFeatures for a date, ops.AsType for a decimal)
+    works on cuDF partitions, as on pandas ones (a decimal's float within a float32 rounding:
+    libcudf and arrow need not round the same way)."""
+    op = ops.DatetimeFeatures(["day_of_week", "month"]) if column == "day" else ops.AsType("float32")
+    on_cpu, on_gpu = (tl.Workflow(([column] >> op) + ["id"], progress=False).fit_transform(
+        tl.Dataset(spark_path("types"), device=device, columns=["id", column])).compute() for device in ("cpu", "cuda"))
+    expected = converted(on_cpu)
+    assert on_gpu.dtypes.to_dict() == expected.dtypes.to_dict()
+    if column == "day":
+        assert on_gpu.to_arrow().to_pylist() == expected.to_arrow().to_pylist()
+    else:
+        np.testing.assert_array_equal(on_gpu["id"].to_numpy(), on_cpu["id"].to_numpy())
+        np.testing.assert_allclose(on_gpu[column].to_pandas().to_numpy(dtype=np.float64, na_value=np.nan),
+                                   on_cpu[column].to_numpy(dtype=np.float64), rtol=1e-6)
+
+
 # --- on the CPU: the helpers the GPU path relies on -----------------------------------------------
 def test_zoned_timestamps_given_naive_are_cast_as_utc_instants():
     """cuDF reads a zoned parquet column (Spark's TIMESTAMP_MICROS) as its naive UTC values; the
