@@ -323,6 +323,28 @@ def test_int96_columns_are_found_in_the_footer(name, expected):
     assert int96_columns(pq.ParquetFile(os.path.join(spark_path(name), first)).metadata) == expected
 
 
+def write_int96_lists(path) -> list:
+    """A list of INT96 timestamps past 2262 (as Spark writes an array of timestamps)."""
+    stamps = [[datetime.datetime(9999, 12, 31, 23, 59, 59, 999_999), None], [], None,
+              [datetime.datetime(1901, 1, 1, 0, 0, 0, 1)]]
+    table = pa.table({"id": [0, 1, 2, 3], "stamps": pa.array(stamps, pa.list_(pa.timestamp("us")))})
+    pq.write_table(table, path, use_deprecated_int96_timestamps=True)
+    return stamps
+
+
+def test_int96_list_elements_are_found_in_the_footer(tmp_path):
+    write_int96_lists(tmp_path / "l.parquet")
+    assert int96_columns(pq.ParquetFile(tmp_path / "l.parquet").metadata) == {"stamps"}
+
+
+@gpu
+def test_int96_list_elements_past_2262_do_not_wrap_on_the_gpu(tmp_path):
+    stamps = write_int96_lists(tmp_path / "l.parquet")
+    assert_gpu_reads_as_cpu(str(tmp_path / "l.parquet"))
+    got = tl.Dataset(str(tmp_path / "l.parquet"), device="cuda").compute()["stamps"].to_arrow().to_pylist()
+    assert got == stamps
+
+
 def test_large_lists_and_date64_are_given_to_cudf_as_types_it_has():
     days = [datetime.date(2024, 1, 2), None, datetime.date(1999, 12, 31)]
     table = pa.table({"items": pa.array([[1, 2], None, [3]], pa.large_list(pa.int64())), "n": [1, 2, 3],

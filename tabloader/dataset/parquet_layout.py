@@ -208,19 +208,21 @@ def file_fields(arrow_schema: Any) -> dict[str, Any]:
 
 
 def int96_columns(metadata: Any) -> set[str]:
-    """The top-level columns a file stores as INT96 timestamps (Spark's, Hive's and Impala's
-    default): the GPU reads them through pyarrow (see :func:`tabloader.backend.read_parquet`).
+    """The columns a file stores as INT96 timestamps (Spark's, Hive's and Impala's default),
+    also as list elements: the GPU reads them through pyarrow (see
+    :func:`tabloader.backend.read_parquet`).
 
     Example:
         >>> import io, pyarrow as pa, pyarrow.parquet as pq
         >>> buffer = io.BytesIO()
-        >>> table = pa.table({"ts": pa.array([0], pa.timestamp("us")), "n": [1]})
+        >>> stamps = pa.array([[0]], pa.list_(pa.timestamp("us")))
+        >>> table = pa.table({"ts": pa.array([0], pa.timestamp("us")), "many": stamps, "n": [1]})
         >>> pq.write_table(table, buffer, use_deprecated_int96_timestamps=True)
-        >>> int96_columns(pq.ParquetFile(buffer).metadata)
-        {'ts'}
+        >>> sorted(int96_columns(pq.ParquetFile(buffer).metadata))
+        ['many', 'ts']
     """
     leaves = (metadata.schema.column(j) for j in range(metadata.num_columns))
-    return {leaf.path for leaf in leaves if leaf.physical_type == "INT96" and "." not in leaf.path}
+    return {leaf.path.split(".")[0] for leaf in leaves if leaf.physical_type == "INT96"}
 
 
 def fixed_list_widths(arrow_schema: Any) -> dict[str, int]:
