@@ -102,3 +102,20 @@ def test_unknown_keys_and_keys_that_leave_no_column_are_refused(tmp_path):
         tl.Dataset(frame).to_parquet(str(tmp_path / "a"), partition_on=["day"], progress=False)
     with pytest.raises(ValueError, match=r"names every column"):
         tl.Dataset(frame).to_parquet(str(tmp_path / "b"), partition_on=["k", "x"], progress=False)
+
+
+def test_folder_names_are_spelled_as_spark_spells_them():
+    """Spark 4.0.1 wrote tests/data/spark/hive_typed: our spelling of each date, timestamp and
+    null it read back there is its folder name."""
+    from tabloader.dataset.hive_folders import folder_value
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "spark", "hive_typed")
+    frame = tl.Dataset(root, columns=["dt", "at"]).compute()
+    sparks = set()
+    for folder, _, files in os.walk(root):
+        if any(f.endswith(".parquet") for f in files):
+            parts = dict(p.split("=", 1) for p in os.path.relpath(folder, root).split(os.sep))
+            sparks.add((parts["dt"], parts["at"]))
+    ours = {(folder_value(d), folder_value(a)) for d, a in zip(frame["dt"], frame["at"])}
+    assert ours == sparks
+    assert any("%3A" in a and "." in a for _, a in sparks)  # a timestamp with a fraction, as Spark trims it

@@ -62,7 +62,8 @@ def folder_value(value: Any) -> str:
         return HIVE_NULL
     if isinstance(value, (datetime.datetime, np.datetime64)):
         moment = pd.Timestamp(value)
-        text = moment.strftime("%Y-%m-%d %H:%M:%S") + (f".{moment.microsecond:06d}" if moment.microsecond else "")
+        fraction = f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else ""  # as Spark: 10:00:00.5
+        text = moment.strftime("%Y-%m-%d %H:%M:%S") + fraction
     elif isinstance(value, datetime.date):
         text = value.isoformat()
     elif isinstance(value, (int, np.integer)):
