@@ -305,7 +305,8 @@ class Dataset:
     # --- writing ----------------------------------------------------------------------------
     def to_parquet(self, path: str, output_files: int | None = None, shuffle: bool = False,
                    row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
-                   progress: bool = True, compression: str = "snappy") -> str:
+                   progress: bool = True, compression: str = "snappy",
+                   partition_on: Sequence[str] | None = None) -> str:
         """Write the rows as parquet files plus ``_schema.json``, atomically.
 
         The directory is assembled under a temporary name and renamed when every file is
@@ -319,6 +320,11 @@ class Dataset:
             overwrite: replace an existing directory (only after the new one is complete).
             seed: seed of the shuffle.
             progress: show a progress bar.
+            partition_on: write these columns as ``key=value`` folders (Hive's and Spark's
+                layout: ``dt=2024-12-01/part_00000.parquet``), each file holding the rows of
+                one combination of their values, without the key columns; integer, string,
+                date and naive timestamp columns (see :mod:`tabloader.dataset.hive_folders`).
+                ``Dataset(path, filters=...)`` then reads only the folders it needs.
 
         Example:
             >>> import pandas as pd, tabloader as tl, tempfile, os
@@ -326,10 +332,16 @@ class Dataset:
             >>> _ = tl.Dataset(pd.DataFrame({"a": range(5)})).to_parquet(out, progress=False)
             >>> tl.Dataset(out).num_rows
             5
+            >>> days = os.path.join(tempfile.mkdtemp(), "days")
+            >>> frame = pd.DataFrame({"day": ["mon", "tue", "mon"], "x": [1.0, 2.0, 3.0]})
+            >>> _ = tl.Dataset(frame).to_parquet(days, partition_on=["day"], progress=False)
+            >>> sorted(os.listdir(days)), tl.Dataset(days, filters=[("day", "==", "mon")]).compute()["x"].tolist()
+            (['_schema.json', 'day=mon', 'day=tue'], [1.0, 3.0])
         """
         from tabloader.dataset.writing import write_parquet
 
-        return write_parquet(self, path, output_files, shuffle, row_group_size, overwrite, seed, progress, compression)
+        return write_parquet(self, path, output_files, shuffle, row_group_size, overwrite, seed, progress, compression,
+                             partition_on)
 
 
 class _PartitionReader:

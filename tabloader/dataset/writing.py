@@ -17,12 +17,13 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from tabloader import backend
 from tabloader.atomic_files import atomic_directory
+from tabloader.dataset.hive_folders import check_keys, split_by_keys
 from tabloader.dataset.source import conform_dtypes
 from tabloader.filesystems import filesystem, is_local, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None, shuffle: bool = False,
                   row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
-                  progress: bool = True, compression: str = "snappy") -> str:
+                  progress: bool = True, compression: str = "snappy", partition_on: Sequence[str] | None = None) -> str:
     """Write the rows of ``dataset`` under directory ``path``: see :meth:`Dataset.to_parquet`."""
     from tabloader.scheduler import compute_tasks, shared_calls
 
@@ -45,7 +46,9 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
         order = np.random.default_rng(seed).permutation(order)
     groups = [g.tolist() for g in np.array_split(order, n_files)]
     meta = dataset.meta()
-    if backend.is_gpu_object(meta):
+    if partition_on is not None:
+        writer: Any = _partitioned_writer(dataset, meta, partition_on, path, row_group_size, compression, shuffle, seed)
+    elif backend.is_gpu_object(meta):
         writer = _DeviceFileWriter(dataset, meta.dtypes, row_group_size, cudf_compression(compression), shuffle, seed)
     else:
         writer = _FileWriter(dataset, output_arrow_schema(meta, dataset.schema), row_group_size, compression,
@@ -68,7 +71,6 @@ class _FileWriter:
         self.shuffle, self.seed = shuffle, seed
 
     def __call__(self, partitions: list[int], path: str) -> int:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         fs, fs_path = filesystem(path)
@@ -76,13 +78,69 @@ class _FileWriter:
         # Local files are written by pyarrow's native writer (no Python file object, no GIL). The
         # file is opened here, not by the writer: a writer whose close fails (a full disk) leaves
         # its own file open until garbage collection, holding the space of the deleted temporary.
-        sink = pa.OSFile(fs_path, "wb") if is_local(fs) else fs.open(fs_path, "wb")
+        sink = _open_sink(fs, fs_path)
         with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
             for index in partitions:
                 frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
                 w.write_table(_cast_to(arrow_table(frame), self.arrow_schema, path), row_group_size=self.row_group_size)
                 rows += len(frame)
         return rows
+
+
+def _partitioned_writer(dataset: "Dataset", meta: Any, partition_on: Sequence[str], path: str,
+                        row_group_size: int | None, compression: str, shuffle: bool, seed: int | None) -> Any:
+    if backend.is_gpu_object(meta):
+        raise ValueError(f"partition_on: {path} would be written from a dataset on the GPU, and key=value folders "
+                         "are written from the host only so far: read the data with device='cpu' to write them")
+    keys = check_keys(meta, partition_on, f"the dataset written to {path}")
+    schema = output_arrow_schema(meta.drop(columns=keys), dataset.schema)
+    return _PartitionedFileWriter(dataset, schema, keys, row_group_size, compression, shuffle, seed)
+
+
+class _PartitionedFileWriter(_FileWriter):
+    """Streams a group of partitions into one file per combination of the keys' values, in its
+    ``key=value`` folders (see :mod:`tabloader.dataset.hive_folders`), under the group's file
+    name: ``dt=2024-12-01/part_00003.parquet`` holds that day's rows of group 3."""
+
+    def __init__(self, dataset: "Dataset", arrow_schema: Any, keys: list[str], row_group_size: int | None,
+                 compression: str, shuffle: bool, seed: int | None) -> None:
+        super().__init__(dataset, arrow_schema, row_group_size, compression, shuffle, seed)
+        self.keys = keys
+
+    def __call__(self, partitions: list[int], path: str) -> int:
+        import pyarrow.parquet as pq
+
+        directory, name = path.rsplit("/", 1)
+        fs, _ = filesystem(path)
+        sinks: dict[str, Any] = {}
+        writers: dict[str, Any] = {}
+        rows = 0
+        try:
+            for index in partitions:
+                frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
+                for folder, part in split_by_keys(frame, self.keys):
+                    if folder not in writers:
+                        file_path = join(join(directory, folder), name)
+                        fs_path = filesystem(file_path)[1]
+                        fs.makedirs(fs_path.rsplit("/", 1)[0], exist_ok=True)
+                        sinks[folder] = _open_sink(fs, fs_path)
+                        writers[folder] = pq.ParquetWriter(sinks[folder], self.arrow_schema, compression=self.compression)
+                    writers[folder].write_table(_cast_to(arrow_table(part), self.arrow_schema, path),
+                                                row_group_size=self.row_group_size)
+                    rows += len(part)
+        finally:
+            for folder in writers:
+                writers[folder].close()
+            for sink in sinks.values():
+                sink.close()
+        return rows
+
+
+def _open_sink(fs: Any, fs_path: str) -> Any:
+    """A file to write: local ones by pyarrow's native writer (no Python file object, no GIL)."""
+    import pyarrow as pa
+
+    return pa.OSFile(fs_path, "wb") if is_local(fs) else fs.open(fs_path, "wb")
 
 
 class _DeviceFileWriter:
