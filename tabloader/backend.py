@@ -209,7 +209,7 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
         True
     """
     if resolve_device(device) == "cuda":
-        return cudf().DataFrame.from_arrow(table)
+        return cudf().DataFrame.from_arrow(cudf_arrow_table(table))
     if copy or table.schema.pandas_metadata or len(set(table.column_names)) < table.num_columns \
             or not table.num_columns:
         return _to_pandas(table, nullable)
@@ -218,6 +218,31 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
     converted = _to_pandas(table.select(rest), nullable) if rest else {}
     return pd.DataFrame({name: converted[name] if values is None else values for name, values in shared.items()},
                         copy=False)
+
+
+def cudf_arrow_table(table: Any) -> Any:
+    """``table`` with the column types cuDF's ``from_arrow`` lacks as those it has: ``large_list``
+    (polars' lists) as lists (``cudf_dtype_from_pa_type`` knows only ``list``; cuDF's lists hold
+    them while their offsets fit in 32 bits), and ``date64`` as ``timestamp[ms]`` (libcudf's
+    arrow interop has no date64; cuDF's dates are timestamps at midnight anyway).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> t = pa.table({"l": pa.array([[1], [2, 3]], pa.large_list(pa.int64())), "d": pa.array([0, 0], pa.date64())})
+        >>> [str(f.type) for f in cudf_arrow_table(t).schema]
+        ['list<item: int64>', 'timestamp[ms]']
+    """
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_large_list(field.type):
+            supported = pa.list_(field.type.value_field)
+        elif pa.types.is_date64(field.type):
+            supported = pa.timestamp("ms")
+        else:
+            continue
+        table = table.set_column(i, field.with_type(supported), table.column(i).cast(supported))
+    return table
 
 
 def _to_pandas(table: Any, nullable: Collection[str]) -> Any:
@@ -265,6 +290,69 @@ def _null_rows(chunk: Any) -> Any:
         return None
     invalid = ~np.frombuffer(chunk.buffers()[0], np.uint8)
     return np.unpackbits(invalid, count=chunk.offset + len(chunk), bitorder="little")[chunk.offset:].view(bool)
+
+
+def cast_column(series: Any, dtype: Any) -> Any:
+    """``series.astype(dtype)`` (pandas or cuDF), where naive timestamps given a time zone are
+    taken as UTC instants: cuDF's parquet reader gives a zoned column (``isAdjustedToUTC``:
+    Spark's TIMESTAMP_MICROS, pyarrow's ``timestamp[us, tz=...]``) as its naive UTC values, and
+    ``astype`` refuses to add a zone.
+
+    Example:
+        >>> utc_noon = pd.Series(pd.to_datetime(["2024-01-01 12:00"]).as_unit("us"))
+        >>> str(cast_column(utc_noon, pd.DatetimeTZDtype("us", "Europe/Berlin"))[0])
+        '2024-01-01 13:00:00+01:00'
+    """
+    if isinstance(dtype, pd.DatetimeTZDtype) and getattr(series.dtype, "kind", "") == "M" \
+            and getattr(series.dtype, "tz", None) is None:
+        series = series.dt.tz_localize("UTC").dt.tz_convert(dtype.tz)
+    return series.astype(dtype)
+
+
+def refuse_device_types(arrow_schema: Any, device: str, where: str) -> None:
+    """On the GPU, refuse before anything is read the columns of a type cuDF has none for
+    (binary, time of day, 256-bit decimals, float16, also as list elements), naming the column
+    and what to do; on the CPU, nothing.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> refuse_device_types(pa.schema([("blob", pa.binary())]), "cpu", "f.parquet")
+        >>> refuse_device_types(pa.schema([("blob", pa.binary())]), "cuda", "f.parquet")
+        Traceback (most recent call last):
+        ...
+        TypeError: f.parquet: column 'blob' has type binary, and cuDF has no binary type: device='cuda' ...
+    """
+    if device != "cuda":
+        return
+    for field in arrow_schema:
+        lacking = _cudf_lacks(field.type)
+        if lacking:
+            raise TypeError(f"{where}: column {field.name!r} has type {field.type}, and cuDF has no {lacking} type: "
+                            "device='cuda' cannot read it; leave it out with Dataset(..., columns=[...]), or read it "
+                            "with device='cpu'")
+
+
+def _cudf_lacks(arrow_type: Any) -> str | None:
+    """The kind of type cuDF lacks for ``arrow_type`` (None when it has one): libcudf's arrow
+    interop maps no binary or time type (cpp/src/interop/arrow_utilities.cpp), and cuDF refuses
+    decimal256 and float16 (cudf_dtype_from_pa_type, ColumnBase.from_arrow)."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_dictionary(arrow_type):
+        return _cudf_lacks(arrow_type.value_type)
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
+        return _cudf_lacks(arrow_type.value_type)
+    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type) or t.is_fixed_size_binary(arrow_type) \
+            or t.is_binary_view(arrow_type):
+        return "binary"
+    if t.is_time(arrow_type):
+        return "time of day"
+    if t.is_decimal256(arrow_type):
+        return "256-bit decimal"
+    if t.is_float16(arrow_type):
+        return "float16"
+    return None
 
 
 def has_nullable_dtype(arrow_type: Any) -> bool:
@@ -325,23 +413,48 @@ def _pandas_type_for_arrow(arrow_type: Any) -> Any:
 # Spark (by default), Hive and Impala write timestamps as INT96. They are read in microseconds,
 # Spark's own precision: in nanoseconds, pyarrow's default, any date after 2262 (9999-12-31, a
 # warehouse's "valid until") silently wraps around. Sub-microsecond digits (Impala) are dropped.
-# cuDF's Python reader has no such option: on the GPU they are decoded in nanoseconds, then cast to
-# the dataset's microseconds, so there dates past 2262 still wrap.
+# cuDF's Python reader has no such option (libcudf's timestamp_type is not exposed by pylibcudf, and
+# its INT96 decoder computes nanoseconds first): on the GPU, INT96 columns are decoded by pyarrow
+# (read_parquet's host_columns).
 INT96_UNIT = "us"
 
 
 def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
-                 device: str = "cpu", filesystem: Any = None) -> Any:
+                 device: str = "cpu", filesystem: Any = None, host_columns: Collection[str] = ()) -> Any:
     """Read one parquet file (optionally some row groups) into a DataFrame on ``device``.
 
     ``filesystem`` is the fsspec file system ``path`` is spelled for (default: the local disk,
-    or the URL's protocol); cuDF takes no pyarrow one.
+    or the URL's protocol); cuDF takes no pyarrow one. On the GPU, ``host_columns`` (among
+    ``columns``) are decoded by pyarrow and copied to the device: INT96 timestamps, which cuDF
+    decodes in nanoseconds (wrapping dates past 2262), while pyarrow reads them in
+    :data:`INT96_UNIT`.
     """
     if resolve_device(device) == "cuda":
-        kwargs = {"row_groups": [list(row_groups)]} if row_groups is not None else {}
-        # Without pandas' metadata, as on the CPU: no stored index, rows numbered from 0.
-        return cudf().read_parquet(path, columns=columns, filesystem=filesystem, use_pandas_metadata=False, **kwargs)
+        hosted = [c for c in columns or () if c in host_columns]
+        if not hosted:
+            return _cudf_read_parquet(path, columns, row_groups, filesystem)
+        frame = cudf().DataFrame.from_arrow(read_parquet_arrow(path, hosted, row_groups, filesystem))
+        rest = [c for c in columns if c not in host_columns]
+        if rest:
+            on_device = _cudf_read_parquet(path, rest, row_groups, filesystem)
+            for name in rest:
+                frame[name] = on_device[name]
+        return frame[list(columns)]
     return from_arrow(read_parquet_arrow(path, columns, row_groups, filesystem))
+
+
+def _cudf_read_parquet(path: str, columns: Sequence[str] | None, row_groups: Sequence[int] | None,
+                       filesystem: Any) -> Any:
+    """cuDF's read of one file, as pyarrow's reads it: only the file's columns, rows numbered from 0."""
+    kwargs = {"row_groups": [list(row_groups)]} if row_groups is not None else {}
+    # partitioning=None: cuDF would otherwise run pyarrow's hive discovery on the file's folders,
+    # add the keys as categoricals, and fail when the file also stores a key with another type
+    # than pyarrow infers (polars' partitioned writes); a dataset adds its keys itself.
+    frame = cudf().read_parquet(path, columns=columns, filesystem=filesystem, use_pandas_metadata=False,
+                                dataset_kwargs={"partitioning": None}, **kwargs)
+    # cuDF numbers the rows by a RangeIndex that pandas' metadata records, even without
+    # use_pandas_metadata (and from the first row group read): the rows of a partition are 0..n.
+    return frame.reset_index(drop=True)
 
 
 def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,

@@ -130,6 +130,7 @@ class Dataset:
             schema = Schema.load(schema)
         arrow_schema = self._source.arrow_schema
         refuse_unsupported_types(arrow_schema, self._source.describe())
+        backend.refuse_device_types(arrow_schema, self.device, self._source.describe())
         widths = self._source.list_widths()  # vectors keep their width: lists={"emb": "schema"} works
         inferred = Schema(c.with_properties(value_count={"min": widths[c.name], "max": widths[c.name]})
                           if c.name in widths else c for c in Schema.from_arrow(arrow_schema))

@@ -23,8 +23,8 @@ from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.partition_filters import kept_files
 from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, file_fields, fixed_list_widths,
-                                              fixed_widths, hive_keys, in_memory_bytes, key_columns, names_by_field_id,
-                                              read_footer)
+                                              fixed_widths, hive_keys, in_memory_bytes, int96_columns, key_columns,
+                                              names_by_field_id, read_footer)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 
 
@@ -80,6 +80,7 @@ class ParquetSource(Source):
         else:
             keys = self._layout_by_field_id(footers, columns, partition_types)
         metadata = [f.metadata for f in footers]
+        self._int96 = frozenset().union(*(int96_columns(m) for m in metadata))  # stored names, read on the host
         names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)
@@ -204,18 +205,26 @@ class ParquetSource(Source):
     def _read_piece_frame(self, piece: Piece, target: Any) -> Any:
         import pyarrow as pa
 
-        try:
-            names = self._file_columns(piece.path, target)
-            frame = backend.read_parquet(piece.path, list(names.values()), piece.row_groups, device=self.device,
-                                         filesystem=self.files.fs)  # paths are spelled as the dataset's fs spells them
-        except Exception as exc:
-            raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
-        frame = frame.rename(columns={stored: name for name, stored in names.items()})  # a table's older names
+        names = self._file_columns(piece.path, target)
         keys = key_columns(piece.partition, target, 1)  # one row, repeated on the device
+        frame = None
+        if names or not keys.num_columns:  # cuDF reads no rows without a column: keys alone make the rows
+            try:
+                # the paths are spelled as the dataset's file system spells them
+                frame = backend.read_parquet(piece.path, list(names.values()), piece.row_groups, device=self.device,
+                                             filesystem=self.files.fs, host_columns=self._int96)
+            except Exception as exc:
+                raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
+            frame = frame.rename(columns={stored: name for name, stored in names.items()})  # a table's older names
         if keys.num_columns:
-            key_frame = backend.from_arrow(keys, self.device)
-            for name in keys.column_names:
-                frame[name] = key_frame[name].repeat(len(frame)).reset_index(drop=True)
+            rows = piece.num_rows if frame is None else len(frame)
+            one_row = backend.from_arrow(keys, self.device)
+            repeated = {name: one_row[name].repeat(rows).reset_index(drop=True) for name in keys.column_names}
+            if frame is None:
+                frame = backend.frame_from_columns(repeated, None, like=one_row)
+            else:
+                for name, values in repeated.items():
+                    frame[name] = values
         absent = [f for f in target if f.name not in names and f.name not in keys.column_names]
         if absent:  # columns added to a table after the file was written: null in its rows
             # piece.num_rows: a file read for no column at all may give a frame without rows

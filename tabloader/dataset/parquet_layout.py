@@ -207,6 +207,24 @@ def file_fields(arrow_schema: Any) -> dict[str, Any]:
     return {f.name: decoded(f.type) for f in arrow_schema if not f.name.startswith("__index_level_")}
 
 
+def int96_columns(metadata: Any) -> set[str]:
+    """The columns a file stores as INT96 timestamps (Spark's, Hive's and Impala's default),
+    also as list elements: the GPU reads them through pyarrow (see
+    :func:`tabloader.backend.read_parquet`).
+
+    Example:
+        >>> import io, pyarrow as pa, pyarrow.parquet as pq
+        >>> buffer = io.BytesIO()
+        >>> stamps = pa.array([[0]], pa.list_(pa.timestamp("us")))
+        >>> table = pa.table({"ts": pa.array([0], pa.timestamp("us")), "many": stamps, "n": [1]})
+        >>> pq.write_table(table, buffer, use_deprecated_int96_timestamps=True)
+        >>> sorted(int96_columns(pq.ParquetFile(buffer).metadata))
+        ['many', 'ts']
+    """
+    leaves = (metadata.schema.column(j) for j in range(metadata.num_columns))
+    return {leaf.path.split(".")[0] for leaf in leaves if leaf.physical_type == "INT96"}
+
+
 def fixed_list_widths(arrow_schema: Any) -> dict[str, int]:
     """Name -> width of the fixed-size list columns (vectors) of ``arrow_schema``: read as lists
     (:func:`decoded`), they keep their width as the schema's ``value_count``.

@@ -152,7 +152,7 @@ def conform_dtypes(frame: Any, dtypes: Any, where: str) -> Any:
     casts = {name: dtype for name, dtype in dtypes.items() if frame[name].dtype != dtype}
     for name, dtype in casts.items():
         try:
-            frame[name] = frame[name].astype(dtype)
+            frame[name] = backend.cast_column(frame[name], dtype)
         except Exception as exc:
             raise TypeError(f"{where}: column {name!r} of a partition has dtype {frame[name].dtype}, which does not "
                             f"convert to the dataset's {dtype}: {exc}") from exc
