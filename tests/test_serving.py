@@ -433,3 +433,16 @@ def test_small_and_large_integer_queries_find_the_same_keys(dtype):
     assert len(query) <= SMALL_QUERY
     assert index.find(query).tolist() == want  # binary search
     assert index.find(np.tile(query, SMALL_QUERY // len(query) + 1)).tolist() == want * (SMALL_QUERY // len(query) + 1)
+
+
+def test_times_in_a_request_are_read_as_at_fit_even_all_null_or_as_text():
+    from tabloader.serving import Server
+
+    wf = tl.Workflow(["d"] >> ops.DatetimeFeatures(["hour", "day_of_week"]) >> ops.FillMissing(-1),
+                     progress=False).fit(TRAIN)
+    server = Server(wf)
+    got = server.transform({"d": [None, "2024-06-01 18:30:00", datetime.datetime(2024, 6, 3, 7)]})
+    assert got["d_hour"].tolist() == [-1, 18, 7] and got["d_day_of_week"].tolist() == [-1, 5, 0]
+    assert server.transform({"d": [None]})["d_hour"].tolist() == [-1]  # pandas alone would infer object
+    with pytest.raises(TypeError, match=r"request column 'd' cannot be read as datetime64\[us\]"):
+        server.transform({"d": ["noon"]})

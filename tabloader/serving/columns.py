@@ -78,7 +78,16 @@ def column_reader(dtype: str | None, is_list: bool) -> Callable[[str, Any], Colu
         return lambda name, values: Column(_arrow_values(name, _sequence(name, values), dtype, is_list))
     if numpy_dtype is not None and numpy_dtype.kind in "biuf":
         return lambda name, values: _numbers(name, _sequence(name, values), numpy_dtype)
+    if str(dtype).startswith("datetime64"):  # as at fit, whatever the request holds: all nulls, ISO text
+        return lambda name, values: Column(_times(name, _sequence(name, values), str(dtype)))
     return lambda name, values: Column(pd.Series(_sequence(name, values)))  # read as pandas infers
+
+
+def _times(name: str, values: Any, dtype: str) -> pd.Series:
+    try:
+        return pd.Series(values, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"request column {name!r} cannot be read as {dtype}, its dtype at fit: {exc}") from None
 
 
 def _sequence(name: str, values: Any) -> Any:
