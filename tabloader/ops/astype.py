@@ -29,9 +29,9 @@ class AsType(Operator):
     - ``"float32"``/``"float64"``: from numbers, decimals and booleans; nulls become NaN.
       Outputs are tagged ``continuous``.
     - ``"int8"`` ... ``"int64"``, ``"uint8"`` ... ``"uint64"``: from integers, booleans, and
-      floats and decimals holding whole numbers. A fraction, NaN-free infinity or a value
-      outside the type's range raises ``ValueError`` naming the column and the value (a plain
-      cast would truncate or wrap it). Nulls stay null: on pandas the result is the nullable
+      floats and decimals holding whole numbers. A fraction, an infinity or a value outside
+      the type's range raises ``ValueError`` naming the column and the value (a plain
+      cast would truncate or wrap it). Nulls (and NaN) stay null: on pandas the result is the nullable
       dtype (``Int64``...) unless the input was a numpy integer or boolean column.
     - ``"string"``: from integers, decimals (``1.50`` keeps its scale, as Spark writes it) and
       strings; text in pandas 3's ``str`` dtype (cuDF's strings on the GPU), nulls stay null.
@@ -98,10 +98,9 @@ class AsType(Operator):
             # cuDF's 64-bit decimals (a decimal(18, 0) never passes int64's bounds: no comparison at all).
             precision, scale = backend.decimal_precision_scale(series.dtype)
             largest = 10 ** (precision - scale)  # every |value| is below it
-            low, high = (decimal.Decimal(b) if b is not None else None
-                         for b in (low if -largest < low else None, high if largest > high else None))
-        checks = [series < low if low is not None else None, series > high if high is not None else None]
-        checks = [c for c in checks if c is not None]
+            low = decimal.Decimal(low) if -largest < low else None
+            high = decimal.Decimal(high) if largest > high else None
+        checks = ([] if low is None else [series < low]) + ([] if high is None else [series > high])
         if not checks:
             return None
         outside = checks[0] if len(checks) == 1 else checks[0] | checks[1]
