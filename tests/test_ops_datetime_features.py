@@ -18,6 +18,7 @@ import pytest
 
 import tabloader as tl
 from tabloader import ops
+from tabloader.backend import STRING_DTYPE
 from tabloader.ops.datetime_features import FEATURES
 
 SPARK_TYPES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "spark", "types")
@@ -118,8 +119,9 @@ def test_partitions_with_and_without_nulls_get_one_dtype_and_the_loader_takes_th
 def test_wrong_features_and_columns_are_refused_naming_them():
     with pytest.raises(ValueError, match=r"features=\['hour', 'fortnight'\]\): expected one or more of"):
         ops.DatetimeFeatures(["hour", "fortnight"])
-    with pytest.raises(TypeError, match=r"needs date or timestamp columns, but column 'when' has dtype str"):
-        ops.DatetimeFeatures().transform(["when"], pd.DataFrame({"when": pd.Series(["2024-01-01"], dtype="str")}))
+    text = pd.Series(["2024-01-01"], dtype=STRING_DTYPE)
+    with pytest.raises(TypeError, match=rf"needs date or timestamp columns, but column 'when' has dtype {STRING_DTYPE}"):
+        ops.DatetimeFeatures().transform(["when"], pd.DataFrame({"when": text}))
 
 
 def test_a_saved_workflow_loads_without_trusting_anything(tmp_path):
