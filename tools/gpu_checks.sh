@@ -79,8 +79,9 @@ for name in (\"torch\", \"cupy\", \"triton\", \"cudf\", \"dask\", \"distributed\
         print(name, importlib.import_module(name).__version__)
     except Exception as exc:
         print(name, \"missing:\", type(exc).__name__, exc)
-import torch
+import os, torch
 print(\"device\", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned timestamps with the IANA files)\")
 '" ;;
     tests)
       run_step tests "$py" -m pytest -q -m gpu tests -p no:cacheprovider -o addopts="" --timeout 900 -rs ;;
