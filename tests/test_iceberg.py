@@ -165,7 +165,7 @@ def test_partition_folders_are_not_read_again_as_hive_keys(catalog):
         assert ds.schema.column_names == ["id", "x", "shop", "ts"]
         with pytest.raises(ValueError, match=r"partition_types=.*keeps its partition columns in its files"):
             tl.Dataset(source, partition_types="string")
-        assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "x": "float64", "shop": "str",
+        assert ds.meta().dtypes.astype(str).to_dict() == {"id": "int64", "x": "float64", "shop": str(backend.STRING_DTYPE),
                                                           "ts": "datetime64[us]"}
         got = records(ds.compute())
         expected = pyiceberg_records(table.scan())
@@ -190,7 +190,8 @@ def test_columns_are_matched_by_field_id_across_renames_additions_and_promotions
         update.add_column("x", StringType())
     table.append(pa.table({"id": pa.array([3], pa.int64()), "price": [2.5], "x": ["new"]}))
     ds = tl.Dataset(table, device=device)
-    assert tl.Dataset(table).meta().dtypes.astype(str).to_dict() == {"id": "int64", "price": "float64", "x": "str"}
+    assert tl.Dataset(table).meta().dtypes.astype(str).to_dict() == {"id": "int64", "price": "float64",
+                                                                     "x": str(backend.STRING_DTYPE)}
     expected = pyiceberg_records(table.scan())
     assert expected == [{"id": 1, "price": 0.5, "x": None}, {"id": 2, "price": 1.5, "x": None},
                         {"id": 3, "price": 2.5, "x": "new"}]
