@@ -80,7 +80,8 @@ class ParquetSource(Source):
         else:
             keys = self._layout_by_field_id(footers, columns, partition_types)
         metadata = [f.metadata for f in footers]
-        self._int96 = frozenset().union(*(int96_columns(m) for m in metadata))  # stored names, read on the host
+        # INT96 columns (stored names) are decoded on the host for cuDF; the CPU reader needs no list
+        self._int96 = frozenset().union(*(int96_columns(m) for m in metadata)) if self.device == "cuda" else frozenset()
         names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)

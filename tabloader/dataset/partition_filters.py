@@ -86,8 +86,9 @@ def kept_files(paths: Sequence[str], bases: Sequence[str], partition_types: Any,
     conjunctions = as_conditions(filters)
     types, keys = hive_keys(paths, bases, partition_types)
     typed = [[_typed(c, types, where) for c in conjunction] for conjunction in conjunctions]
-    kept = [i for i, pairs in enumerate(keys)
-            if any(all(c.holds(dict(pairs).get(c.key)) for c in conjunction) for conjunction in typed)]
+    values = [dict(pairs) for pairs in keys]
+    kept = [i for i, found in enumerate(values)
+            if any(all(c.holds(found.get(c.key)) for c in conjunction) for conjunction in typed)]
     if not kept:
         raise ValueError(f"filters={filters!r} keep none of the {len(paths)} files of {where}; its keys take the values "
                          f"{_values(keys)}")
