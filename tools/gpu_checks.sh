@@ -4,8 +4,8 @@
 #
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
-# STEP is one of: env tests loader embedding offload workflow data50m workflow50m (default: all
-# of them, in that order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
+# STEP is one of: env tests loader embedding offload workflow demo data50m workflow50m (default:
+# all of them, in that order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
 # code and seconds, and the script exits non-zero if any step failed. Steps are sized to fit the
 # device tool's 10-minute call together (tests ~3 min, each benchmark 1-2 min on an H100); run
 # them over two calls when cuDF was installed in the same call. The 50M-row workflow benchmark
@@ -13,6 +13,11 @@
 # to write the 50M rows, ~5 min for hand-written pandas over them; not yet measured on a GPU
 # machine): `data50m` writes the rows (once, to BENCH_DATA), `workflow50m` runs the comparison
 # in a later call of the same machine.
+#
+# BUDGET_S (seconds, default unlimited) bounds the whole script: each step gets what is left of it
+# and later steps are skipped once it is spent, so that a device call ends with its summary written
+# instead of being killed at its limit. PYTEST_ARGS adds arguments to the tests step (`-n 4` runs
+# it on four processes: pytest-xdist is on the lent image; `-k ...` narrows a rerun).
 #
 # On the lent machine (no package index), cuDF, dask and distributed come from the GPU kit
 # (../shared/hooks/gpu-kit): after its `device finish` step,
@@ -23,7 +28,7 @@ set -u
 out=${1:?usage: tools/gpu_checks.sh OUT_DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow data50m workflow50m)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow demo data50m workflow50m)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from the repository root, not the caller's folder
 cd "$(dirname "$0")/.."
@@ -31,13 +36,27 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MI
 py=${PYTHON:-python3}
 bench_data=${BENCH_DATA:-/tmp/tabloader-gpu-bench}
 failed=0
+script_start=$(date +%s)
+budget=${BUDGET_S:-0}
 
 run_step() {  # run_step NAME COMMAND...: log to OUT/NAME.log, record rc and time
-  local name=$1 start rc
+  local name=$1 start rc left=0
   shift
   start=$(date +%s)
+  if [ "$budget" -gt 0 ]; then
+    left=$(( budget - (start - script_start) ))
+    if [ "$left" -lt 20 ]; then
+      echo "$name skipped: BUDGET_S=$budget spent" | tee -a "$out/summary.txt"
+      failed=1
+      return
+    fi
+  fi
   echo "== $name: $*" | tee "$out/$name.log"
-  "$@" >>"$out/$name.log" 2>&1
+  if [ "$left" -gt 0 ]; then
+    timeout --kill-after 10 "$left" "$@" >>"$out/$name.log" 2>&1
+  else
+    "$@" >>"$out/$name.log" 2>&1
+  fi
   rc=$?
   printf '%-10s rc=%-3s %5ss\n' "$name" "$rc" "$(( $(date +%s) - start ))" | tee -a "$out/summary.txt"
   [ "$rc" -eq 0 ] || failed=1
@@ -84,7 +103,9 @@ print(\"device\", torch.cuda.get_device_name(0) if torch.cuda.is_available() els
 print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned timestamps with the IANA files)\")
 '" ;;
     tests)
-      run_step tests "$py" -m pytest -q -m gpu tests -p no:cacheprovider -o addopts="" --timeout 900 -rs ;;
+      # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
+      run_step tests "$py" -m pytest -q -m gpu tests -p no:cacheprovider -o addopts="" --timeout 900 -rs \
+        --durations 25 --junitxml "$out/tests.xml" ${PYTEST_ARGS:-} ;;
     loader)  # tabloader read every epoch and resident, pyarrow + pinned copy (and cuDF decoding when
              # usable), against torch batched over GPU tensors and the item-by-item DataLoader
       run_step loader "$py" benchmarks/loader.py --device cuda --rows 5000000 --files 10 \
@@ -101,6 +122,11 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
       else
         echo "workflow   skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
+    demo)  # the end-to-end demo on the GPU, then the same rows on the CPU of the same machine
+      run_step demo_cuda "$py" -c 'import sys; from tabloader.cli import main; sys.exit(main(sys.argv[1:]))' \
+        demo --device cuda --rows "${DEMO_ROWS:-1000000}" --workdir "$bench_data/demo_cuda"
+      run_step demo_cpu "$py" -c 'import sys; from tabloader.cli import main; sys.exit(main(sys.argv[1:]))' \
+        demo --device cpu --rows "${DEMO_ROWS:-1000000}" --workdir "$bench_data/demo_cpu" ;;
     data50m)  # the 50M raw rows of workflow50m, written once (reused while the machine lives)
       run_step data50m "$py" -c "import sys; sys.path.insert(0, 'benchmarks')
 from _common import raw_criteo
@@ -113,7 +139,7 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
     *)
-      echo "unknown step $step; steps: env tests loader embedding offload workflow data50m workflow50m" >&2
+      echo "unknown step $step; steps: env tests loader embedding offload workflow demo data50m workflow50m" >&2
       exit 2 ;;
   esac
 done
