@@ -262,6 +262,30 @@ def test_an_operator_that_runs_on_the_gpu_never_copies_a_partition_to_the_host(c
     assert_same_frame(got, expected, f"{case.id} on the GPU without host copies")
 
 
+@pytest.mark.gpu
+def test_a_cudf_side_table_stays_on_the_gpu_and_is_saved_as_data(tmp_path, monkeypatch):
+    frame, side = FRAMES["misc"](), op_cases.user_features()
+    data, side_on_gpu = on_device(frame, "cuda"), on_device(side, "cuda")
+
+    copies = HostCopies(monkeypatch)
+    wf = Workflow(["user", "a"] >> ops.JoinExternal(side_on_gpu, on="user"), progress=False).fit(data)
+    got = wf.transform(data)
+    assert copies.copies == []
+    monkeypatch.undo()
+    (op,) = [n.op for n in wf.plan_.nodes if isinstance(n.op, ops.JoinExternal)]
+    assert backend.is_gpu_object(op.get_state()["table"])
+
+    ages, tiers = dict(zip(side["user"], side["age"])), dict(zip(side["user"], side["tier"]))  # by hand
+    expected = {"user": frame["user"].tolist(), "age": [ages.get(u) for u in frame["user"]],
+                "tier": [tiers.get(u) for u in frame["user"]]}
+    wf.save(str(tmp_path / "wf"))
+    loaded = Workflow.load(str(tmp_path / "wf"))
+    for what, out in [("joined on the GPU", got), ("loaded, on the GPU", loaded.transform(data)),
+                      ("loaded, on the CPU", loaded.transform(frame))]:
+        assert list(out.columns) == ["user", "a", "age", "tier"], what
+        assert {c: arrow_column(out[c]).to_pylist() for c in expected} == expected, what
+
+
 @tl.register_operator(name="test_gpu_ops:HostOnlyDouble")
 class HostOnlyDouble(ops.Operator):
     """Doubles columns with pandas only (a user's operator that cannot take cuDF data)."""
