@@ -192,7 +192,7 @@ def frame_arrow_schema(frame: Any) -> Any:
 
     meta = getattr(frame, "_meta", frame)  # Dask frames: the empty meta frame
     if is_gpu_object(meta):
-        return meta.head(0).to_arrow(preserve_index=False).schema  # cuDF's default keeps a non-range index as a column
+        return _cudf_arrow_schema(meta)
     schema = pa.Schema.from_pandas(meta.head(0), preserve_index=False)
     if meta is frame and len(frame):
         # Object columns (Python lists, for instance) have no type without values: infer it from
@@ -203,6 +203,18 @@ def frame_arrow_schema(frame: Any) -> Any:
                     schema = schema.set(i, field.with_type(pa.array(frame.iloc[:, i], from_pandas=True).type))
                 except (pa.ArrowException, TypeError, ValueError):
                     pass
+    return schema
+
+
+def _cudf_arrow_schema(frame: Any) -> Any:
+    """The arrow schema of a cuDF frame. cuDF gives an empty list or struct column the arrow type
+    ``null`` (seen with cuDF 26.10), so nested columns take their type from the cuDF dtype."""
+    import pyarrow as pa
+
+    schema = frame.head(0).to_arrow(preserve_index=False).schema  # cuDF's default keeps a non-range index
+    for i, dtype in enumerate(frame.dtypes):
+        if pa.types.is_null(schema.field(i).type) and hasattr(dtype, "to_arrow"):
+            schema = schema.set(i, schema.field(i).with_type(dtype.to_arrow()))
     return schema
 
 
