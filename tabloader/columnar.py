@@ -33,7 +33,6 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tabloader import backend
 
@@ -262,30 +261,4 @@ def to_frame_device(frame: Any, device: str) -> Any:
         return frame
     if device == "cpu":
         return backend.to_host(frame)
-    return backend.cudf().from_pandas(dates_as_timestamps(frame))
-
-
-def dates_as_timestamps(frame: Any) -> Any:
-    """A pandas ``frame`` with its arrow-backed date columns (as pandas reads parquet dates) as
-    the timestamps at midnight cuDF holds dates as (``cudf.from_pandas`` refuses
-    ``date32[pyarrow]``): date32 in seconds, as cuDF's parquet reader gives DATE columns, and
-    date64 in milliseconds, as :func:`tabloader.backend.cudf_arrow_table` does. The other
-    columns are left as they are.
-
-    Example:
-        >>> import datetime, pandas as pd, pyarrow as pa
-        >>> day = pd.array([datetime.date(2300, 1, 2), None], dtype=pd.ArrowDtype(pa.date32()))
-        >>> out = dates_as_timestamps(pd.DataFrame({"day": day, "x": [1, 2]}))
-        >>> [str(d) for d in out.dtypes], str(out["day"][0])
-        (['datetime64[s]', 'int64'], '2300-01-02 00:00:00')
-    """
-    import pyarrow as pa
-
-    units = {i: "s" if pa.types.is_date32(dtype.pyarrow_dtype) else "ms" for i, dtype in enumerate(frame.dtypes)
-             if isinstance(dtype, pd.ArrowDtype) and pa.types.is_date(dtype.pyarrow_dtype)}
-    if not units:
-        return frame
-    out = frame.copy(deep=False)
-    for i, unit in units.items():
-        out.isetitem(i, frame.iloc[:, i].astype(f"datetime64[{unit}]"))
-    return out
+    return backend.to_device(frame, device)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -151,33 +150,6 @@ def test_concat_to_host_to_device_asarray():
     assert backend.to_device(a, "cpu") is a
     out = backend.asarray([1, 2, 3], "cpu")
     assert isinstance(out, np.ndarray) and out.tolist() == [1, 2, 3]
-
-
-class CudfFromPandas:
-    """Stands in for cuDF's ``from_pandas`` where there is no GPU: refuses what cuDF 26.10 refuses
-    (``NotImplementedError: cuDF does not yet support date32[day][pyarrow]``), else hands the
-    frame back."""
-
-    @staticmethod
-    def from_pandas(frame):
-        for dtype in frame.dtypes:
-            if isinstance(dtype, pd.ArrowDtype) and pa.types.is_date(dtype.pyarrow_dtype):
-                raise NotImplementedError(f"cuDF does not yet support {dtype}")
-        return frame
-
-
-def test_arrow_dates_go_to_cudf_as_the_timestamps_at_midnight_cudf_reads_dates_as(monkeypatch):
-    monkeypatch.setattr(backend, "cudf", lambda: CudfFromPandas)
-    days = [datetime.date(1965, 3, 1), None, datetime.date(2300, 1, 2)]  # 2300: past nanoseconds' range
-    frame = pd.DataFrame({"d32": pd.array(days, dtype=pd.ArrowDtype(pa.date32())),
-                          "d64": pd.array(days, dtype=pd.ArrowDtype(pa.date64())), "x": [1, 2, 3]})
-    out = backend.to_frame_device(frame, "cuda")
-    assert [str(d) for d in out.dtypes] == ["datetime64[s]", "datetime64[ms]", "int64"]
-    midnight_seconds = [None if d is None else (d - datetime.date(1970, 1, 1)).days * 86400 for d in days]
-    for name, per_second in [("d32", 1), ("d64", 1000)]:
-        got = [None if pd.isna(v) else int(v.to_datetime64().astype("int64")) for v in out[name]]
-        assert got == [None if s is None else s * per_second for s in midnight_seconds], name
-    assert out["x"].tolist() == [1, 2, 3] and str(frame["d32"].dtype) == "date32[day][pyarrow]"  # the input unchanged
 
 
 def test_import_tabloader_imports_no_gpu_or_framework_module():
