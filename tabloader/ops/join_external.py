@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, Operator, flatten_columns
 from tabloader.schema import ColumnSchema, Schema
@@ -106,9 +109,17 @@ class JoinExternal(CachedLookups, Operator):
         return self._table
 
     def _table_on(self, device: str) -> Any:
+        """The side table on ``device`` (converted once), its numpy integer columns as pandas'
+        nullable integers: a left join's missing match is then a null, where pandas -- and cuDF
+        26.10, which follows it in ``merge`` -- turn a numpy integer column into float64 (not
+        exact beyond 2**53)."""
         cache = self.__dict__.setdefault("_lookup", {})
         if device not in cache:
-            cache[device] = backend.to_frame_device(self._require_table(), device)
+            table = backend.to_frame_device(self._require_table(), device)
+            ints = {c: pd.api.types.pandas_dtype(("UInt" + d.name[4:]) if d.kind == "u" else ("Int" + d.name[3:]))
+                    for c, d in table.dtypes.items()
+                    if c not in self.on_ext and isinstance(d, np.dtype) and d.kind in "iu"}  # keys as they are
+            cache[device] = table.astype(ints) if ints else table
         return cache[device]
 
     # --- graph -----------------------------------------------------------------------------
