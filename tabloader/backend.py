@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
+import threading
 from typing import Any, Collection, Sequence
 
 import numpy as np
@@ -54,6 +56,50 @@ def cupy() -> Any:
 
 def dask_cudf() -> Any:
     return _import_gpu_module("dask_cudf")
+
+
+#: ``TABLOADER_RMM_POOL=0`` leaves RMM's memory resource as it is (see :func:`ensure_rmm_pool`).
+RMM_POOL_ENV = "TABLOADER_RMM_POOL"
+_rmm_lock = threading.Lock()
+_rmm_devices: dict[int, bool] = {}  # CUDA device id -> whether tabloader installed its resource there
+
+
+def ensure_rmm_pool() -> bool:
+    """Give cuDF and CuPy a stream-ordered memory pool on the current CUDA device, once per
+    device and process, unless someone chose RMM's memory resource already.
+
+    cuDF routes its own and CuPy's allocations through RMM, whose default resource calls
+    ``cudaMalloc``/``cudaFree`` for every buffer; ``cudaFree`` waits for the whole device, so a
+    workflow of many small column operations spends its time synchronising. This installs
+    ``rmm.mr.CudaAsyncMemoryResource`` (``cudaMallocAsync``: the driver's pool, frees ordered on
+    the stream, memory shared with other libraries such as PyTorch through the driver) when the
+    current resource is still RMM's default ``CudaMemoryResource``. A resource set by the user,
+    ``dask_cuda`` (``rmm_pool_size=``) or ``cudf.pandas`` is left as it is, and so is everything
+    with ``TABLOADER_RMM_POOL=0``. Datasets on the GPU call it when they are made; calling it
+    again does nothing.
+
+    Returns True when tabloader's resource serves the current device (installed now or
+    before), False otherwise (opted out, another resource chosen, or RMM not installed).
+
+    Example:
+        >>> import os
+        >>> os.environ["TABLOADER_RMM_POOL"] = "0"
+        >>> ensure_rmm_pool()
+        False
+        >>> del os.environ["TABLOADER_RMM_POOL"]
+    """
+    if os.environ.get(RMM_POOL_ENV, "1").strip().lower() in ("0", "false", "no", "off") or not has_module("rmm"):
+        return False
+    import rmm
+
+    device = cupy().cuda.runtime.getDevice()
+    with _rmm_lock:
+        if device not in _rmm_devices:
+            default = type(rmm.mr.get_current_device_resource()) is rmm.mr.CudaMemoryResource
+            if default:
+                rmm.mr.set_current_device_resource(rmm.mr.CudaAsyncMemoryResource())
+            _rmm_devices[device] = default
+        return _rmm_devices[device]
 
 
 def has_module(name: str) -> bool:

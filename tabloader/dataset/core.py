@@ -114,6 +114,8 @@ class Dataset:
                  filters: Any = None, **read_kwargs: Any) -> None:
         self.part_size = parse_size(part_size, "part_size")
         self.device = backend.resolve_frame_device(device)
+        if self.device == "cuda":
+            backend.ensure_rmm_pool()  # before the first partition is read: every cuDF buffer comes from it
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
         self._source = _open_source(source, engine, self.part_size, self.device,
