@@ -743,7 +743,9 @@ def column_values(series: Any, dtype: Any = None) -> Any:
     if is_gpu_object(series):
         if dtype is None:
             return series.to_cupy()
-        return series.astype(dtype).to_cupy(na_value=np.nan)
+        if series.dtype != np.dtype(dtype):  # cuDF's astype copies even to the same dtype
+            series = series.astype(dtype)
+        return series.to_cupy(na_value=np.nan)
     if isinstance(series.dtype, np.dtype):
         values = series.to_numpy()
         return values if dtype is None else values.astype(dtype, copy=False)
@@ -782,8 +784,43 @@ def numeric_values(series: Any) -> Any:
 def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:
     """A DataFrame (pandas, or cuDF when ``like`` is a cuDF frame) from name -> array/Series, uncopied."""
     if like is not None and is_gpu_object(like):
-        return cudf().DataFrame(columns, index=index)
+        return _cudf_frame_from_columns(columns, index)
     return pd.DataFrame(columns, index=index, copy=False)
+
+
+def _cudf_frame_from_columns(columns: dict, index: Any) -> Any:
+    """:func:`frame_from_columns` for cuDF, as ``cudf.DataFrame(columns, index=index)`` makes it
+    (arrays' NaN become nulls unless cuDF's pandas-compatible mode is on) without its cost:
+    given an index, cuDF reindexes every Series to it (a join per column), and it counts the NaN
+    of every float array (a wait for the device per column). The columns here are cut from
+    one frame, so they are put side by side by position, and the arrays holding NaN are found
+    with one device-to-host copy for all."""
+    lib = cudf()
+    if not columns:
+        return lib.DataFrame(index=index)
+    positional = {name: value.reset_index(drop=True) if isinstance(value, lib.Series) else value
+                  for name, value in columns.items()}
+    if not lib.get_option("mode.pandas_compatible"):
+        for name in _arrays_with_nan(positional):
+            positional[name] = lib.Series(positional[name], nan_as_null=True)
+    frame = lib.DataFrame(positional, nan_as_null=False)
+    if index is not None:
+        frame.index = index
+    return frame
+
+
+def _arrays_with_nan(columns: dict) -> list:
+    """The names of the float arrays (numpy or CuPy) among ``columns`` that hold a NaN, the
+    CuPy ones read back together."""
+    cp = cupy()
+    floats = [name for name, value in columns.items()
+              if isinstance(value, (np.ndarray, cp.ndarray)) and value.dtype.kind == "f"]
+    on_device = [name for name in floats if isinstance(columns[name], cp.ndarray)]
+    has_nan = {name: bool(np.isnan(columns[name]).any()) for name in floats if name not in on_device}
+    if on_device:
+        found = cp.stack([cp.isnan(columns[name]).any() for name in on_device]).get()
+        has_nan.update(zip(on_device, found.tolist()))
+    return [name for name in floats if has_nan[name]]
 
 
 def list_column_to_arrow(series: Any) -> Any:
@@ -819,7 +856,8 @@ from tabloader.device import (  # noqa: E402,F401
 
 # The operator helpers of the seam, kept in tabloader.columnar (it imports this module).
 _COLUMNAR = ("ListLayout", "list_layout", "build_list", "run_positions", "take_values", "concat_values",
-             "fill_null_elements", "nullable_integers", "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
+             "fill_null_elements", "nullable_integers", "stats_to_host", "finite_moments", "finite_extremes",
+             "host_floats", "runs_on", "device_for", "to_frame_device", "pylibcudf")
 
 
 def __getattr__(name: str) -> Any:
