@@ -144,6 +144,30 @@ def cudf_available() -> bool:
     return has_module("cudf") and cuda_available()
 
 
+#: A dataset partition's target decoded size on the CPU: it fits the caches, and enough
+#: partitions keep every core busy.
+CPU_PART_SIZE = 128_000_000  # "128MB"
+#: On a GPU partitions are larger: each costs every operator a few kernel launches and waits
+#: per column whatever its size, so a GPU wants few large ones. 1/64 of the GPU's memory
+#: leaves room for the partitions that the scheduler's threads hold at once (up to one per CPU
+#: core) and their temporaries; between 128MB and 1GB (an 80GB H100: 1GB).
+GPU_PART_SIZE_RANGE = (128_000_000, 1_000_000_000)
+
+
+def default_part_size(device: str) -> int:
+    """The ``part_size`` of a dataset on ``device`` (``"cpu"`` or ``"cuda"``) that gives none, in bytes.
+
+    Example:
+        >>> default_part_size("cpu")
+        128000000
+    """
+    if device != "cuda":
+        return CPU_PART_SIZE
+    total = cupy().cuda.runtime.getDeviceProperties(cupy().cuda.runtime.getDevice())["totalGlobalMem"]
+    low, high = GPU_PART_SIZE_RANGE
+    return min(high, max(low, total // 64))
+
+
 def dataframe_lib(device: str) -> Any:
     """``pandas`` for the CPU, ``cudf`` for the GPU."""
     return cudf() if resolve_device(device) == "cuda" else pd

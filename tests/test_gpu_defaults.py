@@ -1,6 +1,8 @@
-"""RMM's memory pool for tabloader's GPU work (:func:`tabloader.backend.ensure_rmm_pool`).
+"""What a dataset on the GPU sets up by default: RMM's memory pool
+(:func:`tabloader.backend.ensure_rmm_pool`) and larger partitions
+(:func:`tabloader.backend.default_part_size`).
 
-The memory resource is process-wide state: the GPU cases run in a fresh Python process each, so
+The memory resource is process-wide state: its GPU cases run in a fresh Python process each, so
 that one case's resource cannot leak into another (or into the other GPU tests).
 """
 
@@ -70,3 +72,28 @@ def test_the_opt_out_keeps_rmm_default():
         print(backend.ensure_rmm_pool(), type(rmm.mr.get_current_device_resource()).__name__)
     """, TABLOADER_RMM_POOL="0")
     assert out == "False CudaMemoryResource"
+
+
+def write_rows(root, rows: int = 1000) -> str:
+    import pandas as pd
+
+    pd.DataFrame({"x": range(rows)}).to_parquet(root / "p.parquet")
+    return str(root)
+
+
+def test_the_cpu_partition_size_stays_128mb(tmp_path):
+    import tabloader as tl
+
+    assert tl.Dataset(write_rows(tmp_path), device="cpu").part_size == 128_000_000
+
+
+@pytest.mark.gpu
+def test_a_gpu_dataset_takes_a_64th_of_the_gpu_memory_per_partition(tmp_path):
+    import cupy as cp
+
+    import tabloader as tl
+
+    total = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["totalGlobalMem"]
+    expected = min(1_000_000_000, max(128_000_000, total // 64))
+    assert tl.Dataset(write_rows(tmp_path), device="cuda").part_size == expected
+    assert tl.Dataset(write_rows(tmp_path), device="cuda", part_size="1MB").part_size == 1_000_000
