@@ -274,6 +274,8 @@ def finite_extremes(values: Any) -> tuple[Any, Any]:
         ([2.0, 5.0], (inf, -inf))
     """
     xp = backend.array_lib(values)
+    if not values.size:  # a reduction of nothing has no minimum
+        return np.inf, -np.inf
     finite = xp.isfinite(values)
     if xp is np:
         finite_values = values if finite.all() else values[finite]
