@@ -33,7 +33,8 @@ class StageClock:
     another is subtracted from it. ``boundary`` (say, waiting for the GPU) is called as every
     stage starts and ends, so that work a stage queued is counted in it."""
 
-    def __init__(self, clock: Callable[[], float] = time.process_time, boundary: Callable[[], None] | None = None) -> None:
+    def __init__(self, clock: Callable[[], float] = time.process_time,
+                 boundary: Callable[[], None] | None = None) -> None:
         self.seconds: dict[str, float] = collections.defaultdict(float)
         self.calls: dict[str, int] = collections.defaultdict(int)
         self._clock, self._boundary = clock, boundary or (lambda: None)

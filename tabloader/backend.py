@@ -60,6 +60,8 @@ def dask_cudf() -> Any:
 
 #: ``TABLOADER_RMM_POOL=0`` leaves RMM's memory resource as it is (see :func:`ensure_rmm_pool`).
 RMM_POOL_ENV = "TABLOADER_RMM_POOL"
+#: The pool starts with 1/16 of the GPU's memory and keeps at most 1/4 of it when unused.
+RMM_POOL_INITIAL_SHARE, RMM_POOL_KEPT_SHARE = 16, 4
 _rmm_lock = threading.Lock()
 _rmm_devices: dict[int, bool] = {}  # CUDA device id -> whether tabloader installed its resource there
 
@@ -72,8 +74,10 @@ def ensure_rmm_pool() -> bool:
     ``cudaMalloc``/``cudaFree`` for every buffer; ``cudaFree`` waits for the whole device, so a
     workflow of many small column operations spends its time synchronising. This installs
     ``rmm.mr.CudaAsyncMemoryResource`` (``cudaMallocAsync``: the driver's pool, frees ordered on
-    the stream, memory shared with other libraries such as PyTorch through the driver) when the
-    current resource is still RMM's default ``CudaMemoryResource``. A resource set by the user,
+    the stream) when the current resource is still RMM's default ``CudaMemoryResource``. The
+    pool starts with 1/16 of the GPU's memory and keeps at most a quarter of it cached: freed
+    memory beyond that goes back to the driver at the next synchronisation, for PyTorch or
+    other libraries of the process. A resource set by the user,
     ``dask_cuda`` (``rmm_pool_size=``) or ``cudf.pandas`` is left as it is, and so is everything
     with ``TABLOADER_RMM_POOL=0``. Datasets on the GPU call it when they are made; calling it
     again does nothing.
@@ -97,7 +101,12 @@ def ensure_rmm_pool() -> bool:
         if device not in _rmm_devices:
             default = type(rmm.mr.get_current_device_resource()) is rmm.mr.CudaMemoryResource
             if default:
-                rmm.mr.set_current_device_resource(rmm.mr.CudaAsyncMemoryResource())
+                _, total = rmm.mr.available_device_memory()
+                # RMM's own defaults would take half the free memory at once and never give any
+                # back: keep at most a quarter cached, so that PyTorch in the same process (a
+                # loader feeding training) can have the rest.
+                rmm.mr.set_current_device_resource(rmm.mr.CudaAsyncMemoryResource(
+                    initial_pool_size=total // RMM_POOL_INITIAL_SHARE, release_threshold=total // RMM_POOL_KEPT_SHARE))
             _rmm_devices[device] = default
         return _rmm_devices[device]
 
