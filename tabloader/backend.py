@@ -874,13 +874,13 @@ def _cudf_frame_from_columns(columns: dict, index: Any) -> Any:
     """:func:`frame_from_columns` for cuDF, as ``cudf.DataFrame(columns, index=index)`` makes it
     (arrays' NaN become nulls unless cuDF's pandas-compatible mode is on) without its cost:
     given an index, cuDF reindexes every Series to it (a join per column), and it counts the NaN
-    of every float array (a wait for the device per column). The columns here are cut from
-    one frame, so they are put side by side by position, and the arrays holding NaN are found
-    with one device-to-host copy for all."""
+    of every float array (a wait for the device per column). A Series on ``index`` (the
+    operators' outputs) is put in place by position, the arrays holding NaN are found with one
+    device-to-host copy for all."""
     lib = cudf()
     if not columns:
         return lib.DataFrame(index=index)
-    positional = {name: value.reset_index(drop=True) if isinstance(value, lib.Series) else value
+    positional = {name: _by_position(value, index) if isinstance(value, lib.Series) else value
                   for name, value in columns.items()}
     if not lib.get_option("mode.pandas_compatible"):
         for name in _arrays_with_nan(positional):
@@ -889,6 +889,15 @@ def _cudf_frame_from_columns(columns: dict, index: Any) -> Any:
     if index is not None:
         frame.index = index
     return frame
+
+
+def _by_position(series: Any, index: Any) -> Any:
+    """A cuDF Series on a fresh RangeIndex holding its values in the rows of ``index``: as they
+    are when it is on ``index`` already (compared cheaply: the same object, or two ranges),
+    else aligned by label as ``cudf.DataFrame`` would (a function's sorted output, say)."""
+    if index is not None and series.index is not index and not series.index.equals(index):
+        series = series.reindex(index)
+    return series.reset_index(drop=True)
 
 
 def _arrays_with_nan(columns: dict) -> list:

@@ -57,3 +57,13 @@ def test_a_cudf_frame_from_columns_is_positional_and_turns_array_nan_to_null(mon
     assert host.index.tolist() == [10, 20, 30]
     assert out["nan"].null_count == 1 and out["plain"].null_count == 0  # as cudf.DataFrame(arrays) gives
     pd.testing.assert_frame_equal(host.astype("float64"), expected.astype("float64"))
+
+
+@pytest.mark.gpu
+def test_a_cudf_frame_from_columns_aligns_a_series_on_other_labels_as_pandas_does():
+    cudf = backend.cudf()
+    frame = cudf.DataFrame({"b": [3, 1, 2]}, index=[10, 20, 30])
+    out = backend.frame_from_columns({"sorted": frame["b"].sort_values(), "b": frame["b"]}, frame.index, like=frame)
+    host = pd.DataFrame({"b": [3, 1, 2]}, index=[10, 20, 30])
+    expected = pd.DataFrame({"sorted": host["b"].sort_values(), "b": host["b"]}, index=host.index)
+    pd.testing.assert_frame_equal(out.to_pandas(), expected, check_dtype=False)
