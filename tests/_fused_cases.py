@@ -97,7 +97,6 @@ def _pair(size, device, optimizer, pooled=False, pooling="sum", dtype=None, lr=0
 def _close(a, b, what, rtol=1e-5, atol=1e-6, order=None):
     """``a`` == ``b`` within ``atol + rtol * |b|``, plus ``order`` (per element) where ``a`` and
     ``b`` sum the same float32 gradients in different orders (see :class:`SumOrder`)."""
-    torch = _torch()
     a, b = a.detach().float().cpu(), b.detach().float().cpu()  # offloaded tables live on the host
     allowed = atol + rtol * b.abs() + (0.0 if order is None else order.cpu())
     excess = (a - b).abs() - allowed
