@@ -61,7 +61,8 @@ class Batcher:
         batch before the features are taken out: once to each dtype's ``(columns, rows)``
         array, which is then split into its columns (by ``unbind(0)`` where the converted array
         has it, else by iterating it), and to each list array and the target. A batch thus costs
-        one conversion per dtype rather than one per column.
+        one conversion per dtype rather than one per column -- and a batch that is a view of a
+        shuffled chunk (a GPU) none: the chunk's arrays are converted once and sliced after.
         """
         bs = self.batch_size
         if self.drop_last:
@@ -74,10 +75,12 @@ class Batcher:
             if lo < hi:
                 cuts = _cuts(chunk.spec.row_start - start, lo, hi, bs)
                 sizes = _ListSizes.of(chunk, cuts, self.layout.padded, self.same_lengths)
+                converted = _converted(chunk.shuffled, convert)
                 for a, b in zip(cuts, cuts[1:]):
                     if batch is None:
                         rows = min(bs, end - chunk.spec.row_start - a)
-                        batch = self._view_batch(chunk, a, b) if b - a == rows else self._empty_batch(chunk, rows)
+                        batch = (self._view_batch(chunk, converted, a, b) if b - a == rows
+                                 else self._empty_batch(chunk, rows))
                     self._gather(chunk, a, b, sizes, batch)
                     if batch.filled == batch.rows:
                         yield self._emit(batch, convert)
@@ -86,13 +89,17 @@ class Batcher:
             if position >= end:
                 break
 
-    def _view_batch(self, chunk: Chunk, a: int, b: int) -> "_Batch":
+    def _view_batch(self, chunk: Chunk, converted: dict[str, Any] | None, a: int, b: int) -> "_Batch":
         """A batch of the chunk rows ``perm[a:b]`` alone: views of the chunk's shuffled columns
-        where it has them (nothing left to gather), else a new batch to gather into."""
+        (and of their ``converted`` forms) where it has them, nothing left to gather; else a
+        new batch to gather into."""
         if chunk.shuffled is None:
             return self._empty_batch(chunk, b - a)
         views = {d: columns[:, a:b] for d, columns in chunk.shuffled.items()}
-        return _Batch(b - a, views, {name: [] for name in chunk.lists}, {}, gathered=True)
+        batch = _Batch(b - a, views, {name: [] for name in chunk.lists}, {}, gathered=True)
+        if converted is not None:
+            batch.converted = {d: columns[:, a:b] for d, columns in converted.items()}
+        return batch
 
     def _empty_batch(self, chunk: Chunk, rows: int) -> "_Batch":
         """A batch of ``rows`` rows to gather into, on the device of ``chunk``: one column-major
@@ -127,18 +134,30 @@ class Batcher:
                 lists[name] = convert(pad_lists(values, offsets, self.layout.padded[name], kept=batch.kept[name]))
             else:
                 lists[name] = (convert(values), convert(offsets))
-        columns = {d: _split(convert(batch.groups[d])) for d in self._feature_groups}
+        done = batch.converted
+        columns = {d: _split(done[d] if d in done else convert(batch.groups[d])) for d in self._feature_groups}
         features = {name: lists[name] if d is None else columns[d][j] for name, d, j in self._places}
         target = None
-        if self.layout.targets:
+        if len(self.layout.targets) == 1:
+            d, j = self.layout.where(self.layout.targets[0])
+            target = done[d][j] if d in done else convert(batch.groups[d][j])
+        elif self.layout.targets:
             cols = [batch.groups[d][j] for d, j in map(self.layout.where, self.layout.targets)]
-            xp = backend.array_lib(cols[0])
-            target = convert(cols[0] if len(cols) == 1 else xp.stack(cols, axis=1))
+            target = convert(backend.array_lib(cols[0]).stack(cols, axis=1))
         return features, target, batch.rows
 
 
 def _unchanged(array: Any) -> Any:
     return array
+
+
+def _converted(shuffled: dict[str, Any] | None, convert: Callable[[Any], Any] | None) -> dict[str, Any] | None:
+    """A shuffled chunk's arrays converted once (None without either): its batches are sliced
+    from them, so that a batch costs no conversion (a DLPack import costs tens of microseconds
+    on a GPU, as much as slicing the batch itself)."""
+    if shuffled is None or convert is None:
+        return None
+    return {d: convert(columns) for d, columns in shuffled.items()}
 
 
 def _split(columns: Any) -> Sequence[Any]:
@@ -158,6 +177,7 @@ class _Batch:
     lists: dict[str, list[tuple[Any, Any]]]
     kept: dict[str, int]
     gathered: bool = False  # ``groups`` are views of a shuffled chunk: only list columns to gather
+    converted: dict[str, Any] = dataclasses.field(default_factory=dict)  # dtype -> ``groups[d]`` converted
     filled: int = 0
 
 

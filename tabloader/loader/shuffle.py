@@ -32,11 +32,11 @@ class Shuffler:
 
     def __init__(self, shuffle: bool = True, seed: int = 0, device: str = "cpu") -> None:
         self.shuffle, self.seed, self.device = shuffle, seed, device
-        self.xp = backend.array_lib(device)
 
     def permutation(self, n: int, epoch: int, rank: int, chunk: int) -> Any:
         if not self.shuffle:
-            return self.xp.arange(n, dtype=self.xp.int64)
+            xp = backend.array_lib(self.device)
+            return xp.arange(n, dtype=xp.int64)
         return backend.permutation(n, [self.seed, epoch, rank, chunk], self.device)
 
     def shuffle_chunk(self, chunk: Chunk, epoch: int, rank: int) -> Chunk:
