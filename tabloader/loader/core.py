@@ -57,7 +57,9 @@ class Loader:
         buffer_size: bytes of one chunk (``"256MB"`` or an int): rows are shuffled within a
             chunk. The loader holds at most two chunks (the one consumed and the one being
             prefetched), plus the decoded partition being packed and, when prefetching, the
-            next one decoded ahead (and the resident partitions).
+            next one decoded ahead (and the resident partitions). On a GPU it holds a third:
+            the chunk buffer is gathered at once into the chunk's shuffled order, and batches
+            are views of that array (so a batch kept alive keeps its chunk's array alive).
         parts_per_chunk: partitions per chunk instead of a byte budget.
         global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
             get disjoint rows and the same number of batches; rows that do not divide evenly are
