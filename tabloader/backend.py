@@ -159,8 +159,31 @@ def to_device(frame: Any, device: str) -> Any:
     """Move a pandas frame to ``device`` (cuDF for the GPU); a frame already on a GPU stays
     where it is."""
     if resolve_device(device) == "cuda" and not is_gpu_object(frame):
-        return cudf().from_pandas(frame)
+        return _pandas_to_cudf(frame)
     return frame
+
+
+def _pandas_to_cudf(frame: Any) -> Any:
+    """A pandas frame as cuDF, with the column types a parquet read gives on the GPU.
+
+    Through arrow rather than ``cudf.from_pandas``: that keeps pandas' nullable dtypes
+    (``Int64``...) on cuDF columns, on which cuDF's own ``to_cupy`` fails, and refuses arrow
+    dates (``date32[pyarrow]``); arrow gives cuDF's native types (NaN read as null, as cuDF
+    does). Frames arrow cannot take (non-string or duplicate column names, mixed objects) go
+    through ``from_pandas``.
+    """
+    import pyarrow as pa
+
+    names = frame.columns
+    if not all(isinstance(n, str) for n in names) or names.has_duplicates:
+        return cudf().from_pandas(frame)
+    try:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError):
+        return cudf().from_pandas(frame)
+    out = cudf().DataFrame.from_arrow(cudf_arrow_table(table.replace_schema_metadata(None)))
+    out.index = cudf().from_pandas(frame.index)
+    return out
 
 
 def frame_arrow_schema(frame: Any) -> Any:
@@ -169,7 +192,7 @@ def frame_arrow_schema(frame: Any) -> Any:
 
     meta = getattr(frame, "_meta", frame)  # Dask frames: the empty meta frame
     if is_gpu_object(meta):
-        return meta.head(0).to_arrow(preserve_index=False).schema  # cuDF's default keeps a non-range index as a column
+        return _cudf_arrow_schema(meta)
     schema = pa.Schema.from_pandas(meta.head(0), preserve_index=False)
     if meta is frame and len(frame):
         # Object columns (Python lists, for instance) have no type without values: infer it from
@@ -180,6 +203,18 @@ def frame_arrow_schema(frame: Any) -> Any:
                     schema = schema.set(i, field.with_type(pa.array(frame.iloc[:, i], from_pandas=True).type))
                 except (pa.ArrowException, TypeError, ValueError):
                     pass
+    return schema
+
+
+def _cudf_arrow_schema(frame: Any) -> Any:
+    """The arrow schema of a cuDF frame. cuDF gives an empty list or struct column the arrow type
+    ``null`` (seen with cuDF 26.10), so nested columns take their type from the cuDF dtype."""
+    import pyarrow as pa
+
+    schema = frame.head(0).to_arrow(preserve_index=False).schema  # cuDF's default keeps a non-range index
+    for i, dtype in enumerate(frame.dtypes):
+        if pa.types.is_null(schema.field(i).type) and hasattr(dtype, "to_arrow"):
+            schema = schema.set(i, schema.field(i).with_type(dtype.to_arrow()))
     return schema
 
 
@@ -696,7 +731,7 @@ def column_values(series: Any, dtype: Any = None) -> Any:
     """
     if is_gpu_object(series):
         if dtype is None:
-            return series.to_cupy()
+            return _numpy_typed(series).to_cupy()
         return series.astype(dtype).to_cupy(na_value=np.nan)
     if isinstance(series.dtype, np.dtype):
         values = series.to_numpy()
@@ -704,6 +739,13 @@ def column_values(series: Any, dtype: Any = None) -> Any:
     if dtype is None:
         return series.to_numpy()
     return series.to_numpy(dtype=dtype, na_value=np.nan)
+
+
+def _numpy_typed(series: Any) -> Any:
+    """A cuDF Series of a pandas nullable dtype (``Int64``..., which cuDF keeps from
+    ``from_pandas``) as its numpy dtype, nulls kept: cuDF's ``to_cupy`` fails on the former."""
+    dtype = series.dtype
+    return series if isinstance(dtype, np.dtype) else series.astype(np.dtype(dtype.numpy_dtype))
 
 
 def host_float_values(series: Any) -> Any:
@@ -721,7 +763,8 @@ def host_float_values(series: Any) -> Any:
 
 def numeric_values(series: Any) -> Any:
     """A numeric column as an array for ufuncs: its own dtype when it is
-    :func:`is_plain_numeric`, else float64 with nulls as NaN.
+    :func:`is_plain_numeric`, else float64 with nulls as NaN (a cuDF float column with nulls keeps
+    its own float dtype, as the CPU's numpy float column with NaN does).
 
     Example:
         >>> import pandas as pd
@@ -730,7 +773,13 @@ def numeric_values(series: Any) -> Any:
         >>> numeric_values(pd.Series([1, None], dtype="Int64")).tolist()
         [1.0, nan]
     """
-    return column_values(series) if is_plain_numeric(series) else column_values(series, "float64")
+    if is_plain_numeric(series):
+        return column_values(series)
+    if is_gpu_object(series) and getattr(series.dtype, "kind", "") == "f":
+        # A cuDF float column with nulls is what the CPU reads as a numpy float column with NaN:
+        # keep its width (float32 stays float32, as on the CPU).
+        return column_values(series, np.dtype(getattr(series.dtype, "numpy_dtype", series.dtype)))
+    return column_values(series, "float64")
 
 
 def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:

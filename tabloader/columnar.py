@@ -261,4 +261,4 @@ def to_frame_device(frame: Any, device: str) -> Any:
         return frame
     if device == "cpu":
         return backend.to_host(frame)
-    return backend.cudf().from_pandas(frame)
+    return backend.to_device(frame, device)

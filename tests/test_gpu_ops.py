@@ -175,7 +175,10 @@ def test_fill_median_with_a_fractional_median_gives_float64_in_every_cudf_partit
 class HostCopies:
     """Patches the host-copy functions (``backend.to_host``, cuDF's ``to_pandas``/``to_arrow``/
     ``to_numpy``, ``cupy.asnumpy``) to fail or count, except inside
-    ``backend.stats_to_host`` (fitted statistics at finalize) and for empty frames (schemas)."""
+    ``backend.stats_to_host`` (fitted statistics at finalize) and for empty frames (schemas).
+
+    A copy is counted once, by the outermost of these calls: ``backend.to_host`` of a cuDF
+    frame calls ``DataFrame.to_pandas``, which calls its index's ``to_pandas``."""
 
     def __init__(self, monkeypatch, fail: bool = True) -> None:
         import cudf
@@ -183,7 +186,7 @@ class HostCopies:
 
         from tabloader import columnar
 
-        self.fail, self.copies, self._allowed = fail, [], 0
+        self.fail, self.copies, self._allowed, self._copying = fail, [], 0, 0
         stats_to_host = columnar.stats_to_host
 
         def allowed_stats_copy(value):
@@ -202,12 +205,18 @@ class HostCopies:
 
     def _guard(self, function, name: str):
         def guarded(obj, *args, **kwargs):
-            if self._allowed or (hasattr(obj, "__len__") and len(obj) == 0):
+            # host data handed to backend.to_host or cupy.asnumpy is not copied: only device data counts
+            if self._allowed or self._copying or not backend.is_gpu_object(obj) or \
+                    (hasattr(obj, "__len__") and len(obj) == 0):
                 return function(obj, *args, **kwargs)
             self.copies.append(name)
             if self.fail:
                 raise AssertionError(f"{name} copied {len(obj)} rows of a partition to the host")
-            return function(obj, *args, **kwargs)
+            self._copying += 1
+            try:
+                return function(obj, *args, **kwargs)
+            finally:
+                self._copying -= 1
 
         return guarded
 
@@ -219,8 +228,10 @@ def test_whole_criteo_workflow_over_a_cudf_dataset_never_copies_a_partition_to_t
     synthetic.write_criteo(str(tmp_path / "raw"), rows=20_000, num_files=4)
     reference = demo.criteo_workflow(quiet=True).fit(tl.Dataset(str(tmp_path / "raw"), device="cpu"))
     expected = reference.transform(tl.Dataset(str(tmp_path / "raw"), device="cpu")).compute()
-    dataset = tl.Dataset(str(tmp_path / "raw"), device="cuda")
-    assert dataset.npartitions > 1
+    # The 4 files hold about 6 MB decoded: the default part_size (128MB) makes them one partition,
+    # on the CPU as on the GPU; 1MB gives one partition per file, so partials are merged too.
+    dataset = tl.Dataset(str(tmp_path / "raw"), device="cuda", part_size="1MB")
+    assert dataset.partition_sizes() == [5000] * 4
 
     copies = HostCopies(monkeypatch)
     wf = demo.criteo_workflow(quiet=True).fit(dataset)
@@ -251,6 +262,30 @@ def test_an_operator_that_runs_on_the_gpu_never_copies_a_partition_to_the_host(c
     monkeypatch.undo()
     assert backend.is_gpu_object(got)
     assert_same_frame(got, expected, f"{case.id} on the GPU without host copies")
+
+
+@pytest.mark.gpu
+def test_a_cudf_side_table_stays_on_the_gpu_and_is_saved_as_data(tmp_path, monkeypatch):
+    frame, side = FRAMES["misc"](), op_cases.user_features()
+    data, side_on_gpu = on_device(frame, "cuda"), on_device(side, "cuda")
+
+    copies = HostCopies(monkeypatch)
+    wf = Workflow(["user", "a"] >> ops.JoinExternal(side_on_gpu, on="user"), progress=False).fit(data)
+    got = wf.transform(data)
+    assert copies.copies == []
+    monkeypatch.undo()
+    (op,) = [n.op for n in wf.plan_.nodes if isinstance(n.op, ops.JoinExternal)]
+    assert backend.is_gpu_object(op.get_state()["table"])
+
+    ages, tiers = dict(zip(side["user"], side["age"])), dict(zip(side["user"], side["tier"]))  # by hand
+    expected = {"user": frame["user"].tolist(), "age": [ages.get(u) for u in frame["user"]],
+                "tier": [tiers.get(u) for u in frame["user"]]}
+    wf.save(str(tmp_path / "wf"))
+    loaded = Workflow.load(str(tmp_path / "wf"))
+    for what, out in [("joined on the GPU", got), ("loaded, on the GPU", loaded.transform(data)),
+                      ("loaded, on the CPU", loaded.transform(frame))]:
+        assert list(out.columns) == ["user", "a", "age", "tier"], what
+        assert {c: arrow_column(out[c]).to_pylist() for c in expected} == expected, what
 
 
 @tl.register_operator(name="test_gpu_ops:HostOnlyDouble")

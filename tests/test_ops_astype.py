@@ -110,6 +110,8 @@ def test_integer_casts_keep_nulls_with_one_dtype_in_every_partition(tmp_path):
 @pytest.mark.parametrize("values, dtype, named", [
     (pd.Series([1.0, 2.5]), "int32", "2.5 .*has a fraction"),
     (pd.Series([1.0, np.inf]), "int64", "inf .*outside int64's range"),
+    # 2**63 is int64's max + 1: a float compared with the integer max (rounded up to 2**63) passed it
+    (pd.Series([1.0, 2.0**63]), "int64", r"9.223372036854776e\+18 .*outside int64's range"),
     (pd.Series([1, 300]), "int8", "300 .*outside int8's range"),
     (pd.Series([3, -1], dtype="Int64"), "uint32", "-1 .*outside uint32's range"),
     (pd.Series(np.array([1, 2**64 - 1], dtype=np.uint64)), "int64", "18446744073709551615 .*outside int64's range"),
@@ -122,6 +124,16 @@ def test_integer_casts_keep_nulls_with_one_dtype_in_every_partition(tmp_path):
 def test_an_integer_cast_that_would_change_a_value_is_refused(values, dtype, named):
     with pytest.raises(ValueError, match=f"column 'x' holds {named}"):
         ops.AsType(dtype).transform(["x"], pd.DataFrame({"x": values}))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int8", "uint32"])
+def test_floats_at_the_integer_bounds_are_cast(dtype):
+    info = np.iinfo(dtype)
+    top = float(info.max)  # int64's max rounds up to 2**63, out of range: the largest float below it then
+    top = top if int(top) <= info.max else float(np.nextafter(top, 0))
+    values = pd.Series([float(info.min), 0.0, top])
+    out = ops.AsType(dtype).transform(["x"], pd.DataFrame({"x": values}))
+    assert [int(v) for v in out["x"]] == [int(v) for v in values]
 
 
 @pytest.mark.parametrize("values, dtype, expected, expected_dtype", [

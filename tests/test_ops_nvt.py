@@ -426,6 +426,8 @@ def test_data_stats_over_partitions_match_pandas(tmp_path):
     elements = [e for r in raw["l"] for e in r]
     assert stats["l"]["rows"] == len(elements) and stats["l"]["cardinality"] == len(set(elements))
     assert op.to_frame().loc["i", "cardinality"] == raw["i"].nunique()
+    # the schema's names, the same for pandas and cuDF columns (str(dtype) differs between them)
+    assert {c: stats[c]["dtype"] for c in "xisl"} == {"x": "float64", "i": "int64", "s": "string", "l": "list<int64>"}
     wf.save(str(tmp_path / "wf"))
     loaded = tl.Workflow.load(str(tmp_path / "wf"))
     assert loaded.output_node.op.stats_ == stats

@@ -2,9 +2,10 @@
 
 The directory is assembled under a temporary name and renamed when every file is complete
 (:func:`tabloader.atomic_files.atomic_directory`); each output file is written by one Dask task
-streaming its group of partitions, one partition in memory at a time. Host partitions (pandas)
-are written by pyarrow's writer, GPU partitions (cuDF) by cuDF's chunked writer, from the
-device: a partition never travels to the host to be written.
+streaming its group of partitions, one partition in memory at a time (a GPU file with naive
+timestamps is written whole: see :class:`_DeviceFileWriter`). Host partitions (pandas) are
+written by pyarrow's writer, GPU partitions (cuDF) by cuDF's writer, from the device: a
+partition never travels to the host to be written.
 
 Example:
     >>> import os, tempfile, pandas as pd, pyarrow.parquet as pq, tabloader as tl
@@ -144,10 +145,16 @@ def _open_sink(fs: Any, fs_path: str) -> Any:
 
 
 class _DeviceFileWriter:
-    """Streams a group of cuDF partitions into one parquet file with cuDF's chunked writer.
+    """Writes a group of cuDF partitions into one parquet file with cuDF's writer, from the device.
 
     The file's column types are those of the dataset's (cuDF) meta, ``dtypes``: a partition
-    whose columns differ is cast, or refused naming the file and the column.
+    whose columns differ is cast, or refused naming the file and the column. The partitions are
+    streamed through cuDF's chunked writer, one at a time, unless a timestamp column has no time
+    zone: that writer marks every timestamp as adjusted to UTC (libcudf's default, which cuDF
+    does not let its callers change), so pyarrow, Spark and DuckDB would read such a column as
+    zoned where the CPU writes it naive. Those files are written whole by cuDF's one-table
+    writer (``DataFrame.to_parquet``, which writes naive timestamps as naive), their partitions
+    concatenated on the device first.
     """
 
     def __init__(self, dataset: "Dataset", dtypes: Any, row_group_size: int | None, compression: str | None,
@@ -155,24 +162,44 @@ class _DeviceFileWriter:
         self.dataset, self.dtypes = dataset, dtypes
         self.row_group_size, self.compression = row_group_size, compression
         self.shuffle, self.seed = shuffle, seed
+        self.whole = bool(_naive_timestamps(dtypes))
 
     def __call__(self, partitions: list[int], path: str) -> int:
         fs, fs_path = filesystem(path)
         local = is_local(fs)
         sink = fs_path if local else fs.open(fs_path, "wb")  # local files: cuDF's native writer
-        options = {} if self.row_group_size is None else {"row_group_size_rows": self.row_group_size}
-        writer = backend.cudf().io.parquet.ParquetWriter(sink, index=False, compression=self.compression, **options)
-        rows = 0
+        options = {"index": False, "compression": self.compression}
+        if self.row_group_size is not None:
+            options["row_group_size_rows"] = self.row_group_size
+        frames = (conform_dtypes(_read_shuffled(self.dataset, index, self.shuffle, self.seed), self.dtypes, path)
+                  for index in partitions)
         try:
-            for index in partitions:
-                frame = _read_shuffled(self.dataset, index, self.shuffle, self.seed)
-                writer.write_table(conform_dtypes(frame, self.dtypes, path))
-                rows += len(frame)
+            if self.whole:
+                frame = backend.concat(list(frames), ignore_index=True)
+                frame.to_parquet(sink, **options)
+                return len(frame)
+            return _write_chunks(backend.cudf().io.parquet.ParquetWriter(sink, **options), frames)
         finally:
-            writer.close()
             if not local:
                 sink.close()
-        return rows
+
+
+def _write_chunks(writer: Any, frames: Any) -> int:
+    """Write ``frames`` with cuDF's chunked ``writer``, one at a time; the number of rows."""
+    rows = 0
+    try:
+        for frame in frames:
+            writer.write_table(frame)
+            rows += len(frame)
+    finally:
+        writer.close()
+    return rows
+
+
+def _naive_timestamps(dtypes: Any) -> list[str]:
+    """The columns of ``dtypes`` (name -> dtype) holding timestamps without a time zone."""
+    return [name for name, dtype in dtypes.items()
+            if getattr(dtype, "kind", "") == "M" and getattr(dtype, "tz", None) is None]
 
 
 def _read_shuffled(dataset: "Dataset", index: int, shuffle: bool, seed: int | None) -> Any:

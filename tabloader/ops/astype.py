@@ -100,7 +100,13 @@ class AsType(Operator):
             largest = 10 ** (precision - scale)  # every |value| is below it
             low = decimal.Decimal(low) if -largest < low else None
             high = decimal.Decimal(high) if largest > high else None
-        checks = ([] if low is None else [series < low]) + ([] if high is None else [series > high])
+        if kind == "f":
+            # Compared as floats, exactly: the bounds are -2**k or 0 and 2**k - 1, and 2**k - 1 rounds
+            # up to 2**k, so the values above the range are those >= 2**k (2**63 itself included).
+            # cuDF refuses an integer operand beyond 2**53 for a float column.
+            checks = [series < float(low), series >= float(high + 1)]
+        else:
+            checks = ([] if low is None else [series < low]) + ([] if high is None else [series > high])
         if not checks:
             return None
         outside = checks[0] if len(checks) == 1 else checks[0] | checks[1]

@@ -251,10 +251,13 @@ def check_numeric(op: Operator, frame: Any, columns: Sequence[str], allow_lists:
 
     from tabloader.ops.elementwise import list_elements
 
+    from tabloader import backend
+
     dtypes = frame.dtypes
     for col in columns:
         dtype = dtypes[col]
-        if allow_lists and not is_numeric_dtype(dtype):
+        # A list dtype first: pandas' is_numeric_dtype raises a TypeError on cuDF's ListDtype.
+        if allow_lists and (backend.is_list_dtype(dtype) or not is_numeric_dtype(dtype)):
             dtype = list_elements(op, col, frame[col]).dtype
-        if not is_numeric_dtype(dtype) or is_bool_dtype(dtype):
+        if backend.is_list_dtype(dtype) or not is_numeric_dtype(dtype) or is_bool_dtype(dtype):
             raise TypeError(f"{op.label} needs numeric columns, but column {col!r} has dtype {dtype}")

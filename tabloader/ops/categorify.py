@@ -177,7 +177,7 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
                     parts.append(enc.count_values([col], col.mask))
                 merged = parts[0]
                 for p in parts[1:]:
-                    merged = enc.merge_counts(merged, p, self, key)
+                    merged = self._merge_counts(merged, p, key)  # where the partials are (the host: MERGE_ON)
                 stats[key] = merged
         return {"counts": stats, "list_columns": list_columns}
 

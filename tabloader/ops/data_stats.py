@@ -12,6 +12,7 @@ from tabloader import backend
 from tabloader.ops.base import Columns, StatOperator, flatten_columns
 from tabloader.ops.elementwise import list_elements
 from tabloader.ops.normalize import _chan, finite_values
+from tabloader.schema import Schema
 
 
 class DataStats(StatOperator):
@@ -43,7 +44,7 @@ class DataStats(StatOperator):
         for col in flatten_columns(columns):
             values = list_elements(self, col, frame[col])
             numeric = is_numeric_dtype(values.dtype) and not is_bool_dtype(values.dtype)
-            part: dict[str, Any] = {"dtype": str(frame[col].dtype), "rows": int(len(values)),
+            part: dict[str, Any] = {"dtype": _dtype_name(frame, col), "rows": int(len(values)),
                                     "nulls": int(values.isna().sum()), "moments": None, "extremes": None,
                                     "counts": None}
             if numeric:
@@ -101,3 +102,11 @@ def _summary(part: dict[str, Any]) -> dict[str, Any]:
             "cardinality": None if part["counts"] is None else int(len(part["counts"]["counts"])),
             "min": low, "max": high, "mean": mean if n else None,
             "std": math.sqrt(m2 / (n - 1)) if n > 1 else None}
+
+
+def _dtype_name(frame: Any, col: str) -> str:
+    """The column's dtype as the schema names it (``int64``, ``string``, ``list<int64>``): the
+    same name for a pandas and a cuDF column of the same data (``str(dtype)`` differs: ``str`` or
+    ``list<item: int64>[pyarrow]`` against cuDF's ``object`` or ``list``)."""
+    column = Schema.from_frame(frame[[col]])[col]
+    return f"list<{column.dtype}>" if column.is_list else column.dtype

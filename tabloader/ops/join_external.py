@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, Operator, flatten_columns
 from tabloader.schema import ColumnSchema, Schema
@@ -29,7 +32,9 @@ class JoinExternal(CachedLookups, Operator):
 
     Args:
         df_ext: the side table: a pandas/cuDF DataFrame or the path of a parquet file or
-            directory, read now (None only when a saved workflow restores it).
+            directory, read now (None only when a saved workflow restores it). A cuDF table
+            stays on the GPU; another is kept on the host and copied to the GPU once, when a
+            cuDF partition first needs it.
         on: the key column(s) of the data (read from the input data when not selected).
         how: ``"left"`` or ``"inner"``.
         on_ext: the side table's key column(s), paired with ``on`` (default: ``on``).
@@ -44,7 +49,7 @@ class JoinExternal(CachedLookups, Operator):
         [3.0, nan, 9.5]
     """
 
-    device_note = "Joins with cuDF; the side table is copied to the GPU once per process."
+    device_note = "Joins with cuDF; a cuDF side table stays on the GPU, a pandas one is copied there once per process."
 
     def __init__(self, df_ext: Any, on: str | Sequence[str], how: str = "left",
                  on_ext: str | Sequence[str] | None = None, columns_ext: Sequence[str] | None = None,
@@ -67,10 +72,12 @@ class JoinExternal(CachedLookups, Operator):
         import pyarrow.parquet as pq
 
         where = f"JoinExternal side table {df_ext!r}" if isinstance(df_ext, str) else "JoinExternal side table"
+        if backend.is_frame(df_ext) and backend.is_gpu_object(df_ext):
+            return self._checked(df_ext, where)  # stays on the GPU: cuDF's columns are nullable already
         if isinstance(df_ext, str):
             arrow = pq.read_table(df_ext)
         elif backend.is_frame(df_ext):
-            arrow = pa.Table.from_pandas(backend.to_host(df_ext), preserve_index=False)
+            arrow = pa.Table.from_pandas(df_ext, preserve_index=False)
         else:
             raise TypeError(f"JoinExternal: df_ext must be a DataFrame or a parquet path, got {type(df_ext).__name__}")
         table = backend.from_arrow(arrow, nullable=arrow.column_names)  # a missing match is a null, not a float
@@ -86,7 +93,7 @@ class JoinExternal(CachedLookups, Operator):
         repeated = table.duplicated(subset=self.on_ext)
         if bool(repeated.any()):
             if not self.drop_duplicates_ext:
-                key = table[self.on_ext][repeated].iloc[0].tolist()
+                key = backend.to_host(table[self.on_ext][repeated].head(1)).iloc[0].tolist()  # one row, to name it
                 raise ValueError(f"{where}: key {key} of {self.on_ext} appears more than once; "
                                  "pass drop_duplicates_ext=True to keep the first row of each key")
             table = table[~repeated]
@@ -102,9 +109,17 @@ class JoinExternal(CachedLookups, Operator):
         return self._table
 
     def _table_on(self, device: str) -> Any:
+        """The side table on ``device`` (converted once), its numpy integer columns as pandas'
+        nullable integers: a left join's missing match is then a null, where pandas -- and cuDF
+        26.10, which follows it in ``merge`` -- turn a numpy integer column into float64 (not
+        exact beyond 2**53)."""
         cache = self.__dict__.setdefault("_lookup", {})
         if device not in cache:
-            cache[device] = backend.to_frame_device(self._require_table(), device)
+            table = backend.to_frame_device(self._require_table(), device)
+            ints = {c: pd.api.types.pandas_dtype(("UInt" + d.name[4:]) if d.kind == "u" else ("Int" + d.name[3:]))
+                    for c, d in table.dtypes.items()
+                    if c not in self.on_ext and isinstance(d, np.dtype) and d.kind in "iu"}  # keys as they are
+            cache[device] = table.astype(ints) if ints else table
         return cache[device]
 
     # --- graph -----------------------------------------------------------------------------

@@ -117,7 +117,7 @@ class Groupby(Operator):
             elif agg in ("first", "last"):
                 out[name] = frame[col].iloc[firsts if agg == "first" else lasts].reset_index(drop=True)
             else:
-                out[name] = reduced[col].agg(agg).reset_index(drop=True)
+                out[name] = _float_when_averaged(reduced[col].agg(agg).reset_index(drop=True), agg)
         return backend.frame_from_columns(out, index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
@@ -130,6 +130,15 @@ class Groupby(Operator):
             else:
                 out.append(ColumnSchema(name, tags={str(Tags.CONTINUOUS)}))
         return Schema(out)
+
+
+def _float_when_averaged(result: Any, agg: str) -> Any:
+    """``mean``, ``std`` and ``var`` as float64 whatever the frame library gave: cuDF keeps an
+    integer column's dtype for them when the frame is empty (the output schema is computed on
+    an empty frame), pandas gives float64."""
+    if agg in ("mean", "std", "var") and getattr(result.dtype, "kind", "f") != "f":
+        return result.astype("float64")
+    return result
 
 
 def _elements(values: Any) -> Any:

@@ -61,7 +61,9 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
         own = np.dtype(getattr(dtype, "numpy_dtype", dtype))
         target = np.dtype(np.uint64 if own == np.uint64 else np.int64)
-        numbers = series if own == target else series.astype(target)
+        # cuDF keeps pandas' nullable dtypes (Int64...) on columns made by from_pandas, and its
+        # to_cupy fails on them: cast to the numpy type whenever the dtype is not that type itself.
+        numbers = series if dtype == target else series.astype(target)
         if not series.has_nulls:
             return NormalizedColumn("int", numbers.values, None)
         return NormalizedColumn("int", numbers.to_cupy(na_value=0), series.isna().values)
