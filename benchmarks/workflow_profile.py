@@ -29,21 +29,29 @@ from _common import DEFAULT_RAW_CRITEO, print_table, raw_criteo
 
 
 class StageClock:
-    """Process CPU seconds per stage; a stage running inside another is subtracted from it."""
+    """Seconds per stage of ``clock`` (process CPU time by default); a stage running inside
+    another is subtracted from it. ``boundary`` (say, waiting for the GPU) is called as every
+    stage starts and ends, so that work a stage queued is counted in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.process_time,
+                 boundary: Callable[[], None] | None = None) -> None:
         self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.calls: dict[str, int] = collections.defaultdict(int)
+        self._clock, self._boundary = clock, boundary or (lambda: None)
         self._inner: list[float] = []
         self._wrapped: list[tuple[Any, str, Any]] = []
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start = time.process_time()
+        self._boundary()
+        start = self._clock()
         self._inner.append(0.0)
         try:
             yield
         finally:
-            spent = time.process_time() - start
+            self._boundary()
+            spent = self._clock() - start
+            self.calls[name] += 1
             inner = self._inner.pop()
             self.seconds[name] += spent - inner
             if self._inner:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
+import threading
 from typing import Any, Collection, Sequence
 
 import numpy as np
@@ -54,6 +56,59 @@ def cupy() -> Any:
 
 def dask_cudf() -> Any:
     return _import_gpu_module("dask_cudf")
+
+
+#: ``TABLOADER_RMM_POOL=0`` leaves RMM's memory resource as it is (see :func:`ensure_rmm_pool`).
+RMM_POOL_ENV = "TABLOADER_RMM_POOL"
+#: The pool starts with 1/16 of the GPU's memory and keeps at most 1/4 of it when unused.
+RMM_POOL_INITIAL_SHARE, RMM_POOL_KEPT_SHARE = 16, 4
+_rmm_lock = threading.Lock()
+_rmm_devices: dict[int, bool] = {}  # CUDA device id -> whether tabloader installed its resource there
+
+
+def ensure_rmm_pool() -> bool:
+    """Give cuDF and CuPy a stream-ordered memory pool on the current CUDA device, once per
+    device and process, unless someone chose RMM's memory resource already.
+
+    cuDF routes its own and CuPy's allocations through RMM, whose default resource calls
+    ``cudaMalloc``/``cudaFree`` for every buffer; ``cudaFree`` waits for the whole device, so a
+    workflow of many small column operations spends its time synchronising. This installs
+    ``rmm.mr.CudaAsyncMemoryResource`` (``cudaMallocAsync``: the driver's pool, frees ordered on
+    the stream) when the current resource is still RMM's default ``CudaMemoryResource``. The
+    pool starts with 1/16 of the GPU's memory and keeps at most a quarter of it cached: freed
+    memory beyond that goes back to the driver at the next synchronisation, for PyTorch or
+    other libraries of the process. A resource set by the user,
+    ``dask_cuda`` (``rmm_pool_size=``) or ``cudf.pandas`` is left as it is, and so is everything
+    with ``TABLOADER_RMM_POOL=0``. Datasets on the GPU call it when they are made; calling it
+    again does nothing.
+
+    Returns True when tabloader's resource serves the current device (installed now or
+    before), False otherwise (opted out, another resource chosen, or RMM not installed).
+
+    Example:
+        >>> import os
+        >>> os.environ["TABLOADER_RMM_POOL"] = "0"
+        >>> ensure_rmm_pool()
+        False
+        >>> del os.environ["TABLOADER_RMM_POOL"]
+    """
+    if os.environ.get(RMM_POOL_ENV, "1").strip().lower() in ("0", "false", "no", "off") or not has_module("rmm"):
+        return False
+    import rmm
+
+    device = cupy().cuda.runtime.getDevice()
+    with _rmm_lock:
+        if device not in _rmm_devices:
+            default = type(rmm.mr.get_current_device_resource()) is rmm.mr.CudaMemoryResource
+            if default:
+                _, total = rmm.mr.available_device_memory()
+                # RMM's own defaults would take half the free memory at once and never give any
+                # back: keep at most a quarter cached, so that PyTorch in the same process (a
+                # loader feeding training) can have the rest.
+                rmm.mr.set_current_device_resource(rmm.mr.CudaAsyncMemoryResource(
+                    initial_pool_size=total // RMM_POOL_INITIAL_SHARE, release_threshold=total // RMM_POOL_KEPT_SHARE))
+            _rmm_devices[device] = default
+        return _rmm_devices[device]
 
 
 def has_module(name: str) -> bool:
@@ -96,6 +151,30 @@ def resolve_device(device: str | None = "auto") -> str:
 @functools.lru_cache(maxsize=None)
 def cudf_available() -> bool:
     return has_module("cudf") and cuda_available()
+
+
+#: A dataset partition's target decoded size on the CPU: it fits the caches, and enough
+#: partitions keep every core busy.
+CPU_PART_SIZE = 128_000_000  # "128MB"
+#: On a GPU partitions are larger: each costs every operator a few kernel launches and waits
+#: per column whatever its size, so a GPU wants few large ones. 1/64 of the GPU's memory
+#: leaves room for the partitions that the scheduler's threads hold at once (up to one per CPU
+#: core) and their temporaries; between 128MB and 1GB (an 80GB H100: 1GB).
+GPU_PART_SIZE_RANGE = (128_000_000, 1_000_000_000)
+
+
+def default_part_size(device: str) -> int:
+    """The ``part_size`` of a dataset on ``device`` (``"cpu"`` or ``"cuda"``) that gives none, in bytes.
+
+    Example:
+        >>> default_part_size("cpu")
+        128000000
+    """
+    if device != "cuda":
+        return CPU_PART_SIZE
+    total = cupy().cuda.runtime.getDeviceProperties(cupy().cuda.runtime.getDevice())["totalGlobalMem"]
+    low, high = GPU_PART_SIZE_RANGE
+    return min(high, max(low, total // 64))
 
 
 def dataframe_lib(device: str) -> Any:
@@ -732,7 +811,9 @@ def column_values(series: Any, dtype: Any = None) -> Any:
     if is_gpu_object(series):
         if dtype is None:
             return _numpy_typed(series).to_cupy()
-        return series.astype(dtype).to_cupy(na_value=np.nan)
+        if series.dtype != np.dtype(dtype):  # cuDF's astype copies even to the same dtype
+            series = series.astype(dtype)
+        return series.to_cupy(na_value=np.nan)
     if isinstance(series.dtype, np.dtype):
         values = series.to_numpy()
         return values if dtype is None else values.astype(dtype, copy=False)
@@ -785,8 +866,52 @@ def numeric_values(series: Any) -> Any:
 def frame_from_columns(columns: dict, index: Any, like: Any = None) -> Any:
     """A DataFrame (pandas, or cuDF when ``like`` is a cuDF frame) from name -> array/Series, uncopied."""
     if like is not None and is_gpu_object(like):
-        return cudf().DataFrame(columns, index=index)
+        return _cudf_frame_from_columns(columns, index)
     return pd.DataFrame(columns, index=index, copy=False)
+
+
+def _cudf_frame_from_columns(columns: dict, index: Any) -> Any:
+    """:func:`frame_from_columns` for cuDF, as ``cudf.DataFrame(columns, index=index)`` makes it
+    (arrays' NaN become nulls unless cuDF's pandas-compatible mode is on) without its cost:
+    given an index, cuDF reindexes every Series to it (a join per column), and it counts the NaN
+    of every float array (a wait for the device per column). A Series on ``index`` (the
+    operators' outputs) is put in place by position, the arrays holding NaN are found with one
+    device-to-host copy for all."""
+    lib = cudf()
+    if not columns:
+        return lib.DataFrame(index=index)
+    positional = {name: _by_position(value, index) if isinstance(value, lib.Series) else value
+                  for name, value in columns.items()}
+    if not lib.get_option("mode.pandas_compatible"):
+        for name in _arrays_with_nan(positional):
+            positional[name] = lib.Series(positional[name], nan_as_null=True)
+    frame = lib.DataFrame(positional, nan_as_null=False)
+    if index is not None:
+        frame.index = index
+    return frame
+
+
+def _by_position(series: Any, index: Any) -> Any:
+    """A cuDF Series on a fresh RangeIndex holding its values in the rows of ``index``: as they
+    are when it is on ``index`` already (compared cheaply: the same object, or two ranges),
+    else aligned by label as ``cudf.DataFrame`` would (a function's sorted output, say)."""
+    if index is not None and series.index is not index and not series.index.equals(index):
+        series = series.reindex(index)
+    return series.reset_index(drop=True)
+
+
+def _arrays_with_nan(columns: dict) -> list:
+    """The names of the float arrays (numpy or CuPy) among ``columns`` that hold a NaN, the
+    CuPy ones read back together."""
+    cp = cupy()
+    floats = [name for name, value in columns.items()
+              if isinstance(value, (np.ndarray, cp.ndarray)) and value.dtype.kind == "f"]
+    on_device = [name for name in floats if isinstance(columns[name], cp.ndarray)]
+    has_nan = {name: bool(np.isnan(columns[name]).any()) for name in floats if name not in on_device}
+    if on_device:
+        found = cp.stack([cp.isnan(columns[name]).any() for name in on_device]).get()
+        has_nan.update(zip(on_device, found.tolist()))
+    return [name for name in floats if has_nan[name]]
 
 
 def list_column_to_arrow(series: Any) -> Any:
@@ -822,7 +947,8 @@ from tabloader.device import (  # noqa: E402,F401
 
 # The operator helpers of the seam, kept in tabloader.columnar (it imports this module).
 _COLUMNAR = ("ListLayout", "list_layout", "build_list", "run_positions", "take_values", "concat_values",
-             "fill_null_elements", "nullable_integers", "stats_to_host", "runs_on", "device_for", "to_frame_device", "pylibcudf")
+             "fill_null_elements", "nullable_integers", "stats_to_host", "finite_moments", "finite_extremes",
+             "host_floats", "runs_on", "device_for", "to_frame_device", "pylibcudf")
 
 
 def __getattr__(name: str) -> Any:

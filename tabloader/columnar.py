@@ -236,6 +236,68 @@ def stats_to_host(value: Any) -> Any:
     return backend.cupy().asnumpy(value)
 
 
+# Statistics of a partition, computed on its device.
+def finite_moments(values: Any) -> tuple[Any, Any, Any]:
+    """``(count, mean, M2)`` of the finite values of a float array (NaN and +-inf left out;
+    ``(0, 0.0, 0.0)`` without any), as numpy scalars or 0-d CuPy arrays.
+
+    On the GPU nothing waits for the device: the finite values are weighted by a mask rather
+    than selected (a selection's size is a device-to-host read) and the results stay on the
+    device until :func:`host_floats` copies a partition's statistics at once.
+
+    Example:
+        >>> [float(v) for v in finite_moments(np.array([1.0, 3.0, np.nan, np.inf]))]
+        [2.0, 2.0, 2.0]
+    """
+    xp = backend.array_lib(values)
+    finite = xp.isfinite(values)
+    if xp is np:
+        finite_values = values if finite.all() else values[finite]
+        if not finite_values.size:
+            return 0, 0.0, 0.0
+        mean = finite_values.mean()
+        deviations = finite_values - mean
+        return finite_values.size, mean, (deviations * deviations).sum()
+    count = xp.count_nonzero(finite)
+    mean = xp.where(finite, values, 0.0).sum(dtype=np.float64) / xp.maximum(count, 1)
+    deviations = xp.where(finite, values - mean, 0.0)
+    return count, mean, (deviations * deviations).sum()
+
+
+def finite_extremes(values: Any) -> tuple[Any, Any]:
+    """``(min, max)`` of the finite values of a float array (``(inf, -inf)`` without any), as
+    numpy scalars or 0-d CuPy arrays (on the GPU without waiting for the device, see
+    :func:`finite_moments`).
+
+    Example:
+        >>> [float(v) for v in finite_extremes(np.array([2.0, -np.inf, 5.0]))], finite_extremes(np.array([np.nan]))
+        ([2.0, 5.0], (inf, -inf))
+    """
+    xp = backend.array_lib(values)
+    if not values.size:  # a reduction of nothing has no minimum
+        return np.inf, -np.inf
+    finite = xp.isfinite(values)
+    if xp is np:
+        finite_values = values if finite.all() else values[finite]
+        return (finite_values.min(), finite_values.max()) if finite_values.size else (np.inf, -np.inf)
+    return xp.where(finite, values, np.inf).min(), xp.where(finite, values, -np.inf).max()
+
+
+def host_floats(scalars: list) -> list[float]:
+    """Numbers (numpy scalars, 0-d CuPy arrays) as Python floats, device ones copied to the
+    host together: one device-to-host copy (and wait) for all of a partition's statistics
+    instead of one per number.
+
+    Example:
+        >>> host_floats([np.float64(1.5), 2])
+        [1.5, 2.0]
+    """
+    if not any(backend.is_gpu_object(s) for s in scalars):
+        return [float(s) for s in scalars]
+    cp = backend.cupy()
+    return cp.stack([cp.asarray(s, dtype=np.float64) for s in scalars]).get().tolist()
+
+
 # Where operators run.
 def runs_on(op: Any) -> frozenset:
     """The devices ``op`` takes data on: its ``runs_on`` declaration (both when it has none)."""

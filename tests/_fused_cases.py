@@ -94,12 +94,113 @@ def _pair(size, device, optimizer, pooled=False, pooling="sum", dtype=None, lr=0
     return out
 
 
-def _close(a, b, what, rtol=1e-5, atol=1e-6):
+def _close(a, b, what, rtol=1e-5, atol=1e-6, order=None):
+    """``a`` == ``b`` within ``atol + rtol * |b|``, plus ``order`` (per element) where ``a`` and
+    ``b`` sum the same float32 gradients in different orders (see :class:`SumOrder`)."""
     torch = _torch()
-    a, b = a.detach().float().cpu(), b.detach().float().cpu()
-    if not torch.allclose(a, b, rtol=rtol, atol=atol):
+    a, b = a.detach().float().cpu(), b.detach().float().cpu()  # offloaded tables live on the host
+    allowed = atol + rtol * b.abs() + (0.0 if order is None else order.cpu())
+    excess = (a - b).abs() - allowed
+    if (excess > 0).any():
         diff = (a - b).abs().max().item()
-        raise AssertionError(f"{what}: max abs difference {diff:.3g}")
+        where = divmod(int(excess.argmax()), a.shape[1]) if a.dim() == 2 else int(excess.argmax())
+        raise AssertionError(f"{what}: max abs difference {diff:.3g}; {int((excess > 0).sum())} elements outside "
+                             f"the tolerance, the worst at {where}")
+
+
+U = 2.0 ** -24  # float32's unit roundoff
+
+
+def sum_order_tolerance(n, magnitude):
+    """How far two float32 sums of the same ``n`` terms, ``magnitude`` the sum of their absolute
+    values, can lie apart by the order of their additions alone.
+
+    Each sum is within ``n * U * magnitude`` of the exact one, so ``2 (n + 1) U magnitude``
+    bounds the difference; past a few terms the rounding errors add up as a random walk, and
+    ``4 sqrt(n + 1) U magnitude`` is still far in its tail. It stays small enough that one lost
+    or doubled term of average size (``magnitude / n``) is outside it for rows of up to ~26,000
+    lookups.
+    """
+    torch = _torch()
+    n = n.float()
+    return 2 * U * magnitude * torch.minimum(n + 1, 2 * (n + 1).sqrt())
+
+
+class SumOrder:
+    """Per-element tolerances of a kernel's update against an oracle's, when the two sum each
+    row's gradients in a different float32 order (the kernel: fixed tiles and chunks; the oracle:
+    float atomics or a sequential sum), carried through the optimizer from the oracle's values.
+
+    * ``sgd``: ``w - lr * sum g`` is one sum of ``n + 1`` terms.
+    * ``adagrad`` (row-wise): ``lr * g / sqrt(state)``, differentiated; never more than the
+      largest step, ``lr * sqrt(D)``, either way.
+    * ``adam``: ``m / sqrt(v)`` moves by at most ``((1 - b1) dG + r (sqrt(1 - b2) dG + ...)) / sqrt(v)``
+      for a total uncertainty ``dG`` of the row's gradient sums so far and ``|m / sqrt(v)| <= r``,
+      and by at most ``2 r`` either way: where ``v`` is near zero (a gradient summing to almost
+      nothing out of large terms) the step's direction is rounding noise, and only that bound holds.
+
+    Call :meth:`step` after every backward with the batch's lookups and the oracle's state.
+    """
+
+    def __init__(self, weight, optimizer, lr, betas=(0.9, 0.999)):
+        torch = _torch()
+        self.optimizer, self.lr, self.betas, self.t = optimizer, lr, betas, 0
+        zeros = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        self.weight, self.state1, self.state2, self.grads = zeros, zeros.clone(), zeros.clone(), zeros.clone()
+
+    def step(self, rows, entry_grads, weight, state1=None, state2=None):
+        """``rows[j]`` got the (pooling-scaled) gradient ``entry_grads[j]``; ``weight`` and the
+        states are the oracle's after the update."""
+        torch = _torch()
+        self.t += 1
+        if rows.numel() == 0:
+            return
+        entry_grads = entry_grads.detach().float()
+        n_rows, d = weight.shape
+        n = torch.bincount(rows, minlength=n_rows)[:, None]
+        g = torch.zeros_like(self.weight).index_add_(0, rows, entry_grads)
+        mag = torch.zeros_like(self.weight).index_add_(0, rows, entry_grads.abs())
+        dg = sum_order_tolerance(n, mag)
+        touched = n > 0
+        w = weight.detach().float().abs()
+        if self.optimizer == "sgd":
+            # the oracle adds each lr * g_j into the weight: partial sums within |w_before| + lr * mag
+            self.weight += sum_order_tolerance(n, w + 2 * self.lr * mag)
+            return
+        if self.optimizer == "adagrad":
+            st = state1.detach().float()[:, None]
+            dst = (2 * g.abs() * dg + dg * dg).mean(1, keepdim=True)
+            s = st.sqrt().clamp(min=1e-12)
+            moved = self.lr * (dg / s + g.abs() * dst / (2 * s ** 3))
+            self.weight += torch.where(touched, moved.clamp(max=self.lr * d ** 0.5) + 4 * U * w, 0.0)
+            self.state1 += torch.where(touched, dst + 4 * U * st, 0.0)
+            return
+        b1, b2 = self.betas
+        v = state2.detach().float()
+        self.grads += dg
+        self.state1 = torch.where(touched, b1 * self.state1 + (1 - b1) * dg + 2 * U * state1.detach().float().abs(),
+                                  self.state1)
+        self.state2 = torch.where(touched, b2 * self.state2 + (1 - b2) * (2 * g.abs() * dg + dg * dg) + 2 * U * v,
+                                  self.state2)
+        ratio = (1 - b1) / (1 - b2) ** 0.5 * sum((b1 / b2 ** 0.5) ** k for k in range(self.t))  # >= |m / sqrt(v)|
+        size = self.lr * (1 - b2 ** self.t) ** 0.5 / (1 - b1 ** self.t)
+        s = v.sqrt().clamp(min=1e-30)
+        dr = ((1 - b1) * self.grads + ratio * ((1 - b2) ** 0.5 * self.grads + (1 - b2) * self.grads ** 2 / (2 * s))) / s
+        self.weight += torch.where(touched, size * dr.clamp(max=2 * ratio) + 4 * U * w, 0.0)
+
+    def of(self, name):
+        """The tolerance of the buffer ``name`` ("weight", "state_sum", "exp_avg", "exp_avg_sq")."""
+        return {"weight": self.weight, "state_sum": self.state1[:, 0], "exp_avg": self.state1,
+                "exp_avg_sq": self.state2}[name]
+
+
+def _entries(coll, feats, out_grad):
+    """The flat rows of ``coll``'s lookups of ``feats`` and each one's (pooling-scaled) gradient."""
+    plan = coll.plan(feats)
+    g = out_grad.reshape(-1, coll.embedding_dim)
+    if plan.bag is not None:
+        g = g.index_select(0, plan.bag) * plan.scale[:, None]
+    return plan.rows, g
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,18 +232,23 @@ def case_forward_pooled(device, size):
 
 
 def _train_both(size, device, optimizer, pooled, pooling="sum", steps=3, dtype=None):
+    """Train the pair on the same batches; (triton, reference, :class:`SumOrder` of the two)."""
     torch = _torch()
     tri, ref = _pair(size, device, optimizer, pooled=pooled, pooling=pooling, dtype=dtype)
+    order = SumOrder(ref.weight, optimizer, ref.lr, ref.betas)
     for step in range(steps):
         feats = _batch(size, device, 10 + step, pooled=pooled, empty=(step == 1))
-        outs = []
         for coll in (tri, ref):
             out = coll(feats)
             upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device, out.dtype)
             (out * upstream).sum().backward()
-            outs.append(out)
+        order.step(*_entries(ref, feats, upstream), ref.weight, *_states(ref))
         assert tri.weight.grad is None and ref.weight.grad is None
-    return tri, ref
+    return tri, ref, order
+
+
+def _states(coll):
+    return [getattr(coll, name) for name in ("state_sum", "exp_avg", "exp_avg_sq") if hasattr(coll, name)]
 
 
 def case_update(device, size):
@@ -153,13 +259,13 @@ def case_update(device, size):
     if size == "large":
         combos += [("sgd", True, "mean"), ("adagrad", True, "sum"), ("adam", True, "mean")]
     for optimizer, pooled, pooling in combos:
-        tri, ref = _train_both(size, device, optimizer, pooled, pooling)
+        tri, ref, order = _train_both(size, device, optimizer, pooled, pooling)
         what = f"{optimizer} pooled={pooled} {pooling}"
-        _close(tri.weight, ref.weight, what + " weights", rtol=1e-4, atol=1e-6)
+        _close(tri.weight, ref.weight, what + " weights", rtol=1e-4, atol=1e-6, order=order.of("weight"))
         for name, buf in ref.named_buffers():
             if name.startswith("_"):
                 continue
-            _close(dict(tri.named_buffers())[name], buf, f"{what} {name}", rtol=1e-4, atol=1e-7)
+            _close(dict(tri.named_buffers())[name], buf, f"{what} {name}", rtol=1e-4, atol=1e-7, order=order.of(name))
         assert tri.step == ref.step == 3
         for cfg in tri.configs:  # padding rows untouched (zero)
             assert torch.count_nonzero(tri.table_weight(cfg.name)[0]) == 0, f"{what}: padding row of {cfg.name} moved"
@@ -172,20 +278,21 @@ def _update_in_dtype(device, size, optimizer, dtype_name):
     dtype = getattr(torch, dtype_name)
     rtol, atol = (1e-4, 1e-6) if dtype == torch.float32 else (1e-3, 1e-5)
     for pooled in (False, True):
-        tri, ref = _train_both(size, device, optimizer, pooled, dtype=dtype, steps=2)
+        tri, ref, order = _train_both(size, device, optimizer, pooled, dtype=dtype, steps=2)
         what = f"{optimizer} {dtype_name} pooled={pooled}"
-        _close(tri.weight, ref.weight, what + " weights", rtol=rtol, atol=atol)
+        _close(tri.weight, ref.weight, what + " weights", rtol=rtol, atol=atol, order=order.of("weight"))
         for name, buf in ref.named_buffers():
             if not name.startswith("_"):
-                _close(dict(tri.named_buffers())[name], buf, f"{what} {name}", rtol=rtol, atol=atol)
+                _close(dict(tri.named_buffers())[name], buf, f"{what} {name}", rtol=rtol, atol=atol,
+                       order=order.of(name))
 
 
 def case_half_gradients(device, size):
     """fp16 / bf16 activations: gradients are accumulated in fp32, like the reference."""
     torch = _torch()
     for dtype in (torch.float16, torch.bfloat16):
-        tri, ref = _train_both(size, device, "adagrad", pooled=True, dtype=dtype, steps=2)
-        _close(tri.weight, ref.weight, f"adagrad {dtype} weights", rtol=1e-3, atol=1e-5)
+        tri, ref, order = _train_both(size, device, "adagrad", pooled=True, dtype=dtype, steps=2)
+        _close(tri.weight, ref.weight, f"adagrad {dtype} weights", rtol=1e-3, atol=1e-5, order=order.of("weight"))
 
 
 def case_sgd_equals_torch(device, size):
@@ -203,6 +310,7 @@ def case_sgd_equals_torch(device, size):
     with torch.no_grad():
         emb.weight.copy_(coll.weight)
     opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    order = SumOrder(emb.weight, "sgd", 0.1)
     for step in range(3):
         ids = _batch(size, device, 20 + step)["t0"].clamp(max=card - 1)
         up = torch.randn(ids.numel(), d, generator=torch.Generator().manual_seed(step)).to(device)
@@ -210,7 +318,8 @@ def case_sgd_equals_torch(device, size):
         (emb(ids) * up).sum().backward()
         opt.step()
         opt.zero_grad()
-    _close(coll.weight, emb.weight, "SGD vs torch.optim.SGD", rtol=1e-5, atol=1e-6)
+        order.step(ids, up, emb.weight)
+    _close(coll.weight, emb.weight, "SGD vs torch.optim.SGD", rtol=1e-5, atol=1e-6, order=order.of("weight"))
 
 
 def case_adam_equals_sparseadam(device, size):
@@ -228,6 +337,7 @@ def case_adam_equals_sparseadam(device, size):
     with torch.no_grad():
         emb.weight.copy_(coll.weight)
     opt = torch.optim.SparseAdam(emb.parameters(), lr=0.01)
+    order = SumOrder(emb.weight, "adam", 0.01, coll.betas)
     for step in range(3):
         ids = _batch(size, device, 30 + step)["t0"].clamp(max=card - 1)
         up = torch.randn(ids.numel(), d, generator=torch.Generator().manual_seed(step)).to(device)
@@ -235,8 +345,11 @@ def case_adam_equals_sparseadam(device, size):
         (emb(ids) * up).sum().backward()
         opt.step()
         opt.zero_grad()
-    _close(coll.weight, emb.weight, "Adam vs SparseAdam", rtol=1e-4, atol=1e-6)
-    _close(coll.exp_avg, opt.state[emb.weight]["exp_avg"].to_dense(), "Adam m vs SparseAdam", rtol=1e-4, atol=1e-7)
+        state = opt.state[emb.weight]
+        order.step(ids, up, emb.weight, state["exp_avg"].to_dense(), state["exp_avg_sq"].to_dense())
+    _close(coll.weight, emb.weight, "Adam vs SparseAdam", rtol=1e-4, atol=1e-6, order=order.of("weight"))
+    _close(coll.exp_avg, opt.state[emb.weight]["exp_avg"].to_dense(), "Adam m vs SparseAdam", rtol=1e-4, atol=1e-7,
+           order=order.of("exp_avg"))
 
 
 def case_offloaded_update(device, size):
@@ -255,20 +368,23 @@ def case_offloaded_update(device, size):
         off = OffloadedEmbeddingCollection(_configs(size, pooled), hot_rows=0.3, optimizer=optimizer, lr=0.05,
                                            backend="triton", device=device, chunk_size=s["chunk"])
         off.load_from_fused(ref)
+        order = SumOrder(ref.weight, optimizer, ref.lr, ref.betas)
         for step in range(3):
             feats = _batch(size, device, 40 + step, pooled=pooled, empty=(step == 1))
             for coll in (off, ref):
                 out = coll(feats)
                 up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device, out.dtype)
                 (out * up).sum().backward()
+            order.step(*_entries(ref, feats, up), ref.weight, *_states(ref))
         what = f"offloaded {optimizer} pooled={pooled}"
         assert off.step == ref.step == 3, what
         for cfg in ref.configs:
-            start = ref.table_offsets[cfg.name]
-            _close(off.table_weight(cfg.name), ref.table_weight(cfg.name), f"{what} {cfg.name}", rtol=1e-4, atol=1e-6)
+            rows = slice(ref.table_offsets[cfg.name], ref.table_offsets[cfg.name] + cfg.num_embeddings)
+            _close(off.table_weight(cfg.name), ref.table_weight(cfg.name), f"{what} {cfg.name}", rtol=1e-4, atol=1e-6,
+                   order=order.of("weight")[rows])
             for key in states[optimizer]:
-                expect = getattr(ref, key)[start:start + cfg.num_embeddings]
-                _close(off.table_state(cfg.name, key), expect, f"{what} {cfg.name} {key}", rtol=1e-4, atol=1e-7)
+                _close(off.table_state(cfg.name, key), getattr(ref, key)[rows], f"{what} {cfg.name} {key}",
+                       rtol=1e-4, atol=1e-7, order=order.of(key)[rows])
 
 
 def case_deterministic(device, size):
@@ -276,7 +392,7 @@ def case_deterministic(device, size):
     torch = _torch()
     results = []
     for _ in range(2):
-        tri, _ref = _train_both(size, device, "adagrad", pooled=True, steps=2)
+        tri, _ref, _order = _train_both(size, device, "adagrad", pooled=True, steps=2)
         results.append(tri.weight.detach().clone())
     assert torch.equal(results[0], results[1]), "fused update is not deterministic"
 
@@ -296,6 +412,51 @@ def case_bounds(device, size):
     else:
         raise AssertionError("no IndexError for an out-of-range id")
     assert torch.equal(before, tri.weight)
+
+
+def zipf_batch(device):
+    """26 tables, 65536 x Zipf ids, dim 128, 2 steps: triton == reference for every optimizer;
+    SGD == nn.Embedding + torch.optim.SGD table by table (CUDA only: 6.2M rows)."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+    from tabloader.torch.layers import EmbeddingConfig
+
+    cards = [1000 * (i + 1) ** 2 for i in range(26)]
+    configs = [EmbeddingConfig(f"C{i}", c, 128) for i, c in enumerate(cards)]
+    g = torch.Generator().manual_seed(0)
+    batch = 65536
+    feats = {f"C{i}": (torch.rand(batch, generator=g) ** 4 * c).long().clamp(1, c - 1).to(device)
+             for i, c in enumerate(cards)}
+    up = torch.randn(batch, 26 * 128, generator=g).to(device)
+    for optimizer in ("sgd", "adagrad", "adam"):
+        colls = []
+        for backend in ("triton", "reference"):
+            torch.manual_seed(0)
+            coll = FusedEmbeddingCollection(configs, optimizer=optimizer, lr=0.01, backend=backend, device=device)
+            colls.append(coll)
+        order = SumOrder(colls[1].weight, optimizer, 0.01, colls[1].betas)
+        for _ in range(2):
+            for coll in colls:
+                (coll(feats) * up).sum().backward()
+            order.step(*_entries(colls[1], feats, up), colls[1].weight, *_states(colls[1]))
+        _close(colls[0].weight, colls[1].weight, f"zipf {optimizer}", rtol=1e-4, atol=1e-5, order=order.of("weight"))
+        del colls, order
+    # SGD against nn.Embedding + torch.optim.SGD, table by table
+    torch.manual_seed(0)
+    coll = FusedEmbeddingCollection(configs, optimizer="sgd", lr=0.01, device=device)
+    embs = torch.nn.ModuleList(torch.nn.Embedding(c, 128, padding_idx=0, device=device) for c in cards)
+    with torch.no_grad():
+        for i, e in enumerate(embs):
+            e.weight.copy_(coll.table_weight(f"C{i}"))
+    opt = torch.optim.SGD(embs.parameters(), lr=0.01)
+    (coll(feats) * up).sum().backward()
+    (torch.cat([e(feats[f"C{i}"]) for i, e in enumerate(embs)], 1) * up).sum().backward()
+    opt.step()
+    for i, e in enumerate(embs):
+        order = SumOrder(e.weight, "sgd", 0.01)
+        order.step(feats[f"C{i}"], up[:, i * 128:(i + 1) * 128], e.weight)
+        _close(coll.table_weight(f"C{i}"), e.weight, f"zipf SGD vs torch.optim.SGD C{i}", rtol=1e-4, atol=1e-5,
+               order=order.of("weight"))
 
 
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}

@@ -14,7 +14,8 @@ kernels compiled are exactly those their wrappers would launch on the GPU (their
 left unwritten, which does not matter here: nothing is checked but the builds).
 
 Each build is then given to Triton's bundled ``ptxas -v`` for its registers and spills, and its
-PTX is read for the widths of its global loads. What the interpreter on CPU cannot show:
+PTX is read for the widths of its global loads and for scalars read and overwritten without a
+barrier between (a race between the warps of a program). What the interpreter on CPU cannot show:
 whether the code compiles for the device at all (types across branches, layouts), spills, and
 vectorized memory access -- what decides the kernels' share of HBM bandwidth.
 """
@@ -98,6 +99,29 @@ def _global_load_widths(ptx: str) -> list[str]:
     return sorted(set(re.findall(r"ld\.global(?:\.\w+)*", ptx)))
 
 
+def _scalar_read_modify_writes(ptx: str) -> dict:
+    """The scalars a kernel reads and then overwrites in global memory (``ld.global.b32 {%r}, [a]``
+    by every thread, later ``st.global.b32 [a]``), and those with no ``bar.sync`` in between.
+
+    A scalar is stored by one thread but read by all: without a barrier between the read and
+    the write, a warp running late reads the new value (a race the interpreter cannot show).
+    """
+    lines = ptx.splitlines()
+    loads = {}  # address register -> line of the last unpredicated scalar load from it
+    found, unguarded = [], []
+    for i, line in enumerate(lines):
+        load = re.match(r"\s*ld\.global\.b32 \{ %r\d+ \}, \[ (%rd\d+) \+ 0 \]", line)
+        if load:
+            loads[load.group(1)] = i
+            continue
+        store = re.search(r"st\.global\.b32 \[ (%rd\d+) \+ 0 \]", line)
+        if store and store.group(1) in loads:
+            found.append(store.group(1))
+            if not any("bar.sync" in x for x in lines[loads[store.group(1)]:i]):
+                unguarded.append(store.group(1))
+    return {"scalar_rmw": found, "scalar_rmw_unguarded": unguarded}
+
+
 def _batch(pooled: bool, seed: int):
     """Ids for the three tables of :func:`_configs` with a hot row repeated more than a chunk."""
     import torch
@@ -173,6 +197,7 @@ def build_all(arch: int) -> dict:
         entry = {"kernel": name, "arch": arch, "constexprs": constexprs, "num_warps": compiled.metadata.num_warps,
                  "signature": {k: v for k, v in compiled.src.signature.items() if v != "constexpr"},
                  "loads": _global_load_widths(compiled.asm["ptx"]), "cubin": bool(compiled.asm.get("cubin"))}
+        entry.update(_scalar_read_modify_writes(compiled.asm["ptx"]))
         entry.update(_ptxas_report(compiled, arch))
         report.append(entry)
     return {"triton": triton.__version__, "builds": report, "failures": failures}

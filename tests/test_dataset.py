@@ -822,7 +822,7 @@ def test_mixed_parquet_and_csv(tmp_path, df):
         Dataset(str(tmp_path))
 
 
-@pytest.mark.parametrize("part_size", ["12 parsecs", "lots", "", "MB", None, [128], True, float("nan")])
+@pytest.mark.parametrize("part_size", ["12 parsecs", "lots", "", "MB", [128], True, float("nan")])
 def test_unparseable_part_size(df, part_size):
     with pytest.raises(ValueError, match="part_size"):
         Dataset(df, part_size=part_size)

@@ -43,7 +43,9 @@ class Dataset:
             Table, a polars DataFrame, a DuckDB result: anything with ``__arrow_c_stream__``),
             or an Apache Iceberg table (a pyiceberg ``Table`` or ``DataScan``, or its folder).
         engine: ``"parquet"`` or ``"csv"``; inferred from file extensions when None.
-        part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count.
+        part_size: target in-memory size of a partition, such as ``"128MB"`` or a byte count;
+            by default 128MB on the CPU and, on a GPU, 1/64 of its memory between 128MB and 1GB
+            (:func:`tabloader.backend.default_part_size`: a GPU wants few large partitions).
         schema: a :class:`~tabloader.schema.Schema` (or the path of a schema JSON file) giving
             tags and properties; by default read from ``_schema.json`` beside the data, else
             inferred from the dtypes.
@@ -108,12 +110,15 @@ class Dataset:
         ('date32[day]', 'string', ['10115', '01234'])
     """
 
-    def __init__(self, source: Any, engine: str | None = None, part_size: int | str = "128MB",
+    def __init__(self, source: Any, engine: str | None = None, part_size: int | str | None = None,
                  schema: Schema | str | None = None, device: str | None = None,
                  columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None,
                  filters: Any = None, **read_kwargs: Any) -> None:
-        self.part_size = parse_size(part_size, "part_size")
         self.device = backend.resolve_frame_device(device)
+        if self.device == "cuda":
+            backend.ensure_rmm_pool()  # before the first partition is read: every cuDF buffer comes from it
+        self.part_size = (backend.default_part_size(self.device) if part_size is None
+                          else parse_size(part_size, "part_size"))
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
         self._source = _open_source(source, engine, self.part_size, self.device,

@@ -21,10 +21,16 @@ from tabloader.ops.elementwise import elementwise, holds_list_columns, list_elem
 from tabloader.schema import Tags
 
 
+def float_values(series: Any) -> Any:
+    """The values of a numeric column (of its elements, for a list column) as a float64
+    numpy/CuPy array, nulls as NaN."""
+    return backend.column_values(list_elements("finite_values", series.name, series), "float64")
+
+
 def finite_values(series: Any) -> Any:
     """The finite values of a numeric column (of its elements, for a list column) as a float64
     numpy/CuPy array (nulls dropped)."""
-    x = backend.column_values(list_elements("finite_values", series.name, series), "float64")
+    x = float_values(series)
     xp = backend.array_lib(x)
     finite = xp.isfinite(x)
     return x if bool(finite.all()) else x[finite]
@@ -92,17 +98,10 @@ class Normalize(StatOperator):
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int, float, float]]:
         cols = flatten_columns(columns)
         check_numeric(self, frame, cols, allow_lists=True)
-        stats = {}
-        for col in cols:
-            v = finite_values(frame[col])
-            n = int(v.size)
-            if n == 0:
-                stats[col] = (0, 0.0, 0.0)
-                continue
-            mean = float(v.mean())
-            d = v - mean
-            stats[col] = (n, mean, float((d * d).sum()))
-        return stats
+        # Every column's moments first, then one copy of them all to the host (on a GPU, the
+        # only wait for the device in this partition's fit).
+        moments = backend.host_floats([m for col in cols for m in backend.finite_moments(float_values(frame[col]))])
+        return {col: (int(moments[3 * i]), moments[3 * i + 1], moments[3 * i + 2]) for i, col in enumerate(cols)}
 
     def merge(self, left: dict, right: dict) -> dict:
         return {c: _chan(left[c], right[c]) for c in left}
@@ -184,11 +183,8 @@ class NormalizeMinMax(StatOperator):
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[float, float]]:
         cols = flatten_columns(columns)
         check_numeric(self, frame, cols, allow_lists=True)
-        stats = {}
-        for col in cols:
-            v = finite_values(frame[col])
-            stats[col] = (float(v.min()), float(v.max())) if v.size else (math.inf, -math.inf)
-        return stats
+        extremes = backend.host_floats([e for col in cols for e in backend.finite_extremes(float_values(frame[col]))])
+        return {col: (extremes[2 * i], extremes[2 * i + 1]) for i, col in enumerate(cols)}
 
     def merge(self, left: dict, right: dict) -> dict:
         return {c: (min(left[c][0], right[c][0]), max(left[c][1], right[c][1])) for c in left}

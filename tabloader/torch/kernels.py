@@ -201,6 +201,10 @@ def _update_kernel(W, state1, state2, grad, perm, bag, scale,
         w = w - lr * acc
     elif OPT == 1:  # row-wise Adagrad: one accumulator per row
         st = tl.load(state1 + row) + tl.sum(acc * acc, axis=0) / D
+        # One thread stores the scalar, but every thread that updates elements of the row reads it:
+        # all of them must have read the old value before it is overwritten, or a late warp adds
+        # this step's mean(g**2) twice and moves its elements by 1/sqrt(2) of the step (seen on an H100).
+        tl.debug_barrier()
         tl.store(state1 + row, st)
         w = w - lr * acc / (tl.sqrt(st) + eps)
     else:  # lazy Adam (SparseAdam semantics, global step folded into step_size)

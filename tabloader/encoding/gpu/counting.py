@@ -94,16 +94,19 @@ def count_values(cols: Sequence[NormalizedColumn], mask: Any) -> dict[str, Any]:
     With :data:`MERGE_ON` ``"host"`` the partial is returned in the CPU layout instead.
     """
     cp = backend.cupy()
-    nulls = int(cp.count_nonzero(mask)) if mask is not None else 0
     kinds = [c.kind for c in cols]
-    if "null" in kinds or nulls == len(cols[0]):
+    rows = len(cols[0])
+    if "null" in kinds:
+        nulls = int(cp.count_nonzero(mask)) if mask is not None else 0
+        return _placed({"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds})
+    if mask is not None:  # the rows kept are counted on the host anyway: the nulls are the others
+        cols = [c.filter(~mask) for c in cols]
+    nulls = rows - len(cols[0])
+    if not len(cols[0]):
         return _placed({"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds})
     if len(cols) == 1 and kinds[0] in ("int", "float"):
-        values = cols[0].values if mask is None else cols[0].values[~mask]
-        keys, counts = cp.unique(values, return_counts=True)  # sorted unique values
+        keys, counts = cp.unique(cols[0].values, return_counts=True)  # sorted unique values
         return _placed({"keys": [keys], "counts": counts.astype(cp.int64), "nulls": nulls, "kinds": kinds})
-    if mask is not None:
-        cols = [c.filter(~mask) for c in cols]
     codes, first = factorize_rows([c.values for c in cols])
     return _placed({"keys": [c.take(first).values for c in cols],
                     "counts": cp.bincount(codes, minlength=len(first)).astype(cp.int64), "nulls": nulls,

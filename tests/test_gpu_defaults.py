@@ -1,0 +1,99 @@
+"""What a dataset on the GPU sets up by default: RMM's memory pool
+(:func:`tabloader.backend.ensure_rmm_pool`) and larger partitions
+(:func:`tabloader.backend.default_part_size`).
+
+The memory resource is process-wide state: its GPU cases run in a fresh Python process each, so
+that one case's resource cannot leak into another (or into the other GPU tests).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tabloader import backend
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code: str, **env: str) -> str:
+    """The stdout of ``code`` run by a fresh interpreter importing this checkout."""
+    environ = {**os.environ, "PYTHONPATH": ROOT, **env}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environ, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_opt_out_leaves_the_resource_alone(monkeypatch):
+    monkeypatch.setenv(backend.RMM_POOL_ENV, "0")
+    assert backend.ensure_rmm_pool() is False
+
+
+@pytest.mark.gpu
+def test_a_gpu_dataset_installs_the_async_pool_once(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"x": [1.0, 2.0]}).to_parquet(tmp_path / "p.parquet")
+    out = run_python(f"""
+        import rmm, tabloader as tl
+        from tabloader import backend
+        assert type(rmm.mr.get_current_device_resource()) is rmm.mr.CudaMemoryResource
+        ds = tl.Dataset({str(tmp_path)!r}, device="cuda")
+        first = rmm.mr.get_current_device_resource()
+        again = backend.ensure_rmm_pool()
+        print(type(first).__name__, again, rmm.mr.get_current_device_resource() is first,
+              float(ds.compute()["x"].sum()))
+    """)
+    assert out == "CudaAsyncMemoryResource True True 3.0"
+
+
+@pytest.mark.gpu
+def test_a_resource_chosen_before_is_kept():
+    out = run_python("""
+        import rmm
+        from tabloader import backend
+        mine = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=2**26)
+        rmm.mr.set_current_device_resource(mine)
+        print(backend.ensure_rmm_pool(), rmm.mr.get_current_device_resource() is mine)
+    """)
+    assert out == "False True"
+
+
+@pytest.mark.gpu
+def test_the_opt_out_keeps_rmm_default():
+    out = run_python("""
+        import rmm
+        from tabloader import backend
+        print(backend.ensure_rmm_pool(), type(rmm.mr.get_current_device_resource()).__name__)
+    """, TABLOADER_RMM_POOL="0")
+    assert out == "False CudaMemoryResource"
+
+
+def write_rows(root, rows: int = 1000) -> str:
+    import pandas as pd
+
+    pd.DataFrame({"x": range(rows)}).to_parquet(root / "p.parquet")
+    return str(root)
+
+
+def test_the_cpu_partition_size_stays_128mb(tmp_path):
+    import tabloader as tl
+
+    assert tl.Dataset(write_rows(tmp_path), device="cpu").part_size == 128_000_000
+
+
+@pytest.mark.gpu
+def test_a_gpu_dataset_takes_a_64th_of_the_gpu_memory_per_partition(tmp_path):
+    import cupy as cp
+
+    import tabloader as tl
+
+    total = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["totalGlobalMem"]
+    expected = min(1_000_000_000, max(128_000_000, total // 64))
+    assert tl.Dataset(write_rows(tmp_path), device="cuda").part_size == expected
+    assert tl.Dataset(write_rows(tmp_path), device="cuda", part_size="1MB").part_size == 1_000_000
