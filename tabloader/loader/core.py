@@ -115,6 +115,9 @@ class Loader:
         self._on_device = backend.device_context(device)
         self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target, lists)
         self.gpu_frames = backend.reads_frames(getattr(dataset, "device", backend.HOST), self.device)
+        if self.gpu_frames:  # the dataset made the pool on its GPU; the loader may decode on another one
+            with self._on_device():
+                backend.ensure_rmm_pool()
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
         self.resident = _resident(resident)
