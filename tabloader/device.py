@@ -9,6 +9,7 @@ of the operations below:
 * where things live: :func:`is_host`, :func:`on_host`, :func:`array_device`,
   :func:`reads_frames`, :func:`pins_host_memory`, :func:`device_context`;
 * memory: :func:`host_staging`, :func:`copy_rows`, :func:`empty_columns`, :func:`synchronize`;
+* chunk layout: :func:`column_major_chunks`, :func:`gather_columns`;
 * loops over a buffer: :func:`block_rows`, :func:`take_rows`, :func:`repeat`, :func:`permutation`;
 * frames: :func:`is_frame`, :func:`resolve_frame_device`.
 
@@ -150,11 +151,38 @@ def aligned_columns(ncols: int, rows: int, dtype: Any, alignment: int = ALIGNMEN
     return aligned_empty((ncols, max(per_row, 1)), dtype, alignment)[:, :rows]
 
 
+def column_major_chunks(device: Any) -> bool:
+    """True where the loader keeps a chunk's columns column-major (``(columns, rows)``, each
+    column contiguous) and shuffles the whole chunk with one gather per dtype, its batches
+    being views of the result: on a GPU, where every operation is a kernel launch and Python
+    call, so the work per batch must not grow with the number of columns, and where the
+    columns copy from arrow to pinned memory contiguously. False on the host, where chunks are
+    row-major and each batch gathers its rows in cache-sized blocks (one contiguous span per row).
+
+    Example:
+        >>> column_major_chunks("cpu")
+        False
+    """
+    return not is_host(device)
+
+
+def gather_columns(columns: Any, indices: Any) -> Any:
+    """A new ``(columns, len(indices))`` C-contiguous array: ``out[:, i] = columns[:, indices[i]]``
+    (one kernel on a GPU; indices must be in range).
+
+    Example:
+        >>> gather_columns(np.array([[1, 2, 3], [4, 5, 6]]), np.array([2, 0])).tolist()
+        [[3, 1], [6, 4]]
+    """
+    return backend.array_lib(columns).take(columns, indices, axis=1)
+
+
 def host_staging(array: Any) -> Any:
     """Host memory to build the contents of ``array`` in before :func:`copy_rows` puts them
     there: ``array`` itself when it is in host memory (nothing to copy), else an uninitialized
-    numpy array of its shape and dtype in page-locked (pinned) memory, from which the copy to
-    the GPU is an asynchronous DMA transfer.
+    numpy array of its shape, dtype and memory order (C, or F for the transposed view of a
+    column-major buffer) in page-locked (pinned) memory, from which the copy to the GPU is an
+    asynchronous DMA transfer.
 
     Example:
         >>> a = np.zeros((2, 3))
@@ -166,17 +194,21 @@ def host_staging(array: Any) -> Any:
     dtype = np.dtype(array.dtype)
     count = int(np.prod(array.shape, dtype=np.int64))
     memory = backend.cupy().cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
-    return np.frombuffer(memory, dtype=dtype, count=count).reshape(array.shape)
+    order = "F" if array.flags.f_contiguous and not array.flags.c_contiguous else "C"
+    return np.frombuffer(memory, dtype=dtype, count=count).reshape(array.shape, order=order)
 
 
 def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
               ranges: Sequence[tuple[int, int]]) -> None:
-    """Copy rows ``[a, b)`` of every range from each array of ``sources`` (from
-    :func:`host_staging`) into the same-key array of ``destinations``, and return when done.
+    """Copy rows ``[a, b)`` of every range from each 2-D array of ``sources`` (from
+    :func:`host_staging`, same layout) into the same-key array of ``destinations``, and return
+    when done.
 
     Host destinations are their own staging: nothing is copied. GPU destinations are written
-    on a side stream that first waits for the work already queued on the device (which may
-    still read the rows about to be overwritten) and does not hold up the work queued after it.
+    by one 2-D DMA copy per array and range (a column-major buffer's rows ``[a, b)`` are one
+    strided span per column) on a side stream that first waits for the work already queued on
+    the device (which may still read the rows about to be overwritten) and does not hold up
+    the work queued after it.
 
     Example:
         >>> a = {"x": np.zeros((3, 1))}
@@ -186,13 +218,38 @@ def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
     if not pairs or not ranges:
         return
     cuda = backend.cupy().cuda
-    stream = cuda.Stream(non_blocking=True)
+    stream = _copy_stream()
     stream.wait_event(cuda.Stream.null.record())
-    with stream:
-        for destination, source in pairs:
-            for start, stop in ranges:
-                destination[start:stop].set(source[start:stop], stream=stream)
+    for destination, source in pairs:
+        for start, stop in ranges:
+            offset, width, height, dpitch = _row_span(destination, start, stop)
+            source_offset, _, _, spitch = _row_span(source, start, stop)
+            cuda.runtime.memcpy2DAsync(destination.data.ptr + offset, dpitch, source.ctypes.data + source_offset,
+                                       spitch, width, height, cuda.runtime.memcpyHostToDevice, stream.ptr)
     stream.synchronize()
+
+
+def _row_span(array: Any, start: int, stop: int) -> tuple[int, int, int, int]:
+    """Rows ``[start, stop)`` of a C- or F-ordered 2-D array as a 2-D memory span: (byte offset,
+    bytes per line, lines, bytes between lines)."""
+    item, columns = array.itemsize, array.shape[1]
+    if columns > 1 and array.strides[0] == item:  # column-major: one line per column
+        return start * item, (stop - start) * item, columns, array.strides[1]
+    width = (stop - start) * columns * item  # row-major: the rows are one line
+    return start * columns * item, width, 1, max(width, 1)
+
+
+_STREAMS: dict[int, Any] = {}
+
+
+def _copy_stream() -> Any:
+    """The side stream of the current GPU for host-to-device copies (created once: creating a
+    stream per chunk costs a driver call)."""
+    cuda = backend.cupy().cuda
+    device = cuda.runtime.getDevice()
+    if device not in _STREAMS:
+        _STREAMS[device] = cuda.Stream(non_blocking=True)
+    return _STREAMS[device]
 
 
 def empty_columns(ncols: int, rows: int, dtype: Any, like: Any) -> Any:
@@ -211,14 +268,16 @@ def empty_columns(ncols: int, rows: int, dtype: Any, like: Any) -> Any:
 
 def block_rows(array: Any, rows: int, block: int) -> int:
     """Rows per block for a loop that works through ``rows`` rows of ``array``: ``block`` in
-    host memory (a block's working set stays in the CPU cache), all of them on a GPU (each
-    block costs kernel launches there); at least 1.
+    row-major host memory (a block's working set stays in the CPU cache), all of them on a GPU
+    (each block costs kernel launches there) or when ``array``'s columns are contiguous (each
+    is written in one pass); at least 1.
 
     Example:
         >>> block_rows(np.zeros(1), 10_000, 1024), block_rows(np.zeros(1), 10, 1024)
         (1024, 10)
     """
-    return max(1, min(rows, block) if on_host(array) else rows)
+    row_major = array.ndim < 2 or array.shape[1] < 2 or array.strides[0] != array.itemsize
+    return max(1, min(rows, block) if on_host(array) and row_major else rows)
 
 
 def take_rows(array: Any, indices: Any, out: Any) -> Any:

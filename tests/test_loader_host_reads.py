@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 
 from tabloader import backend
-from tabloader.loader import Batcher, Chunk, ChunkSpec, ColumnLayout, ListPadding, Segment
+from tabloader.loader import Batcher, Chunk, ChunkSpec, ColumnLayout, ListPadding, Segment, Shuffler
+from tabloader.loader.buffer import _pack_rows
 
 
 class HostRead(AssertionError):
@@ -218,3 +219,76 @@ def test_same_lengths_is_checked_in_the_chunk_read(cupy):
     mismatch = r"'items' and 'weights' must have lists of the same length.*partition\(s\) \[1\]"
     with pytest.raises(ValueError, match=mismatch):
         list(Batcher(layout, 4, same_lengths=[("items", "weights")]).batches(chunks, 0, 21))
+
+
+# --- column-major chunks, shuffled once (the GPU layout): batches are views of them ---------------
+def column_major_chunks(sizes, with_lists=True, seed=0):
+    """:func:`make_chunks` with the GPU's layout: each dtype's rows a view of a (columns, rows)
+    array, then shuffled by :meth:`Shuffler.shuffle_chunk` (its permutation and one gather per
+    dtype). Returns the chunks and every row by hand, in the order the shuffle gave."""
+    chunks, _ = make_chunks(sizes, with_lists, seed)
+    rows = []
+    for chunk in chunks:
+        chunk.groups = {d: _device(np.ascontiguousarray(host(g).T)).T for d, g in chunk.groups.items()}
+        Shuffler(True, seed, "cuda").shuffle_chunk(chunk, 0, 0)
+        chunk.perm = _device(chunk.perm)  # the stand-in's random module is numpy's own
+        perm = host(chunk.perm)
+        ids = host(chunk.groups["int64"])[:, 0]
+        if with_lists:
+            values, offsets = (host(a) for a in chunk.lists["items"])
+            hvalues, hoffsets = (host(a) for a in chunk.lists["hist"])
+            rows += [(int(ids[p]), values[offsets[p]:offsets[p + 1]].tolist(),
+                      hvalues[hoffsets[p]:hoffsets[p + 1]].tolist()) for p in perm]
+        else:
+            rows += [(int(ids[p]),) for p in perm]
+    return chunks, rows
+
+
+def test_shuffled_chunks_are_gathered_once_and_batches_are_views_of_them(cupy):
+    """Chunks of 7, 5 and 9 rows, batches of 4: a batch inside one chunk is a view of the
+    chunk's shuffled columns (no gather, no allocation per batch); a batch straddling two
+    chunks is copied into place; the list columns still read the host once per chunk."""
+    chunks, rows = column_major_chunks([7, 5, 9])
+    assert all(c.shuffled["int64"].shape == (1, c.num_rows) for c in chunks)
+    batches = list(Batcher(LAYOUT, 4).batches(chunks, 0, 21))
+    check_batches(batches, rows, 4)
+    assert cupy.reads == len(chunks)
+    features = batches[0][0]  # rows 0-3 of chunk 0
+    assert np.shares_memory(features["id"], chunks[0].shuffled["int64"])
+    assert not np.shares_memory(batches[1][0]["id"], chunks[0].shuffled["int64"])  # rows 4-7: two chunks
+
+
+def test_a_shuffled_chunk_is_converted_once_not_per_batch(cupy):
+    """``convert`` (the torch adapter's DLPack import) runs once per dtype of a shuffled chunk;
+    its batches are slices of the result (torch tensors sharing one storage per dtype)."""
+    import torch
+
+    chunks, rows = column_major_chunks([8, 8, 8], with_lists=False)
+    calls = []
+
+    def convert(array):
+        calls.append(array.shape)
+        return torch.from_dlpack(np.asarray(array.view(np.ndarray)))
+
+    batches = list(Batcher(SCALARS, 4).batches(chunks, 0, 24, convert))
+    assert len(batches) == 6 and len(calls) == 3 * 2  # 3 chunks x 2 dtypes, whatever the batches
+    for k, (features, target, n) in enumerate(batches):
+        expect = [r[0] for r in rows[4 * k:4 * k + 4]]
+        assert isinstance(features["id"], torch.Tensor) and features["id"].tolist() == expect
+        assert target.tolist() == [x * 0.5 for x in expect]
+    first, second = batches[0][0]["id"], batches[1][0]["id"]
+    assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
+
+
+def test_pack_rows_fills_column_major_staging_whole_columns():
+    """Pinned staging of a GPU chunk is column-major: each column is written whole, large ones
+    on several threads; the result is the rows by hand."""
+    n = 300_000
+    columns = [np.arange(n, dtype=np.int64) * (j + 1) for j in range(4)]
+    staging = np.zeros((4, n + 10), dtype=np.int64).T  # (rows, columns), column-major
+    assert backend.block_rows(staging, n, 4096) == n
+    _pack_rows(staging, 10, columns)
+    assert staging[:10].sum() == 0
+    assert np.array_equal(staging[10:], np.stack(columns, axis=1))
+    row_major = np.zeros((n, 4), dtype=np.int64)
+    assert backend.block_rows(row_major, n, 4096) == 4096  # the CPU's own buffers stay cache-blocked

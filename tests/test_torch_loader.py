@@ -41,6 +41,25 @@ def test_batches_are_tensors(data, device):
     assert sorted(torch.cat(ids).tolist()) == list(range(500))
 
 
+def test_columns_of_one_dtype_come_from_one_dlpack_import(tmp_path, device):
+    """A batch's same-dtype columns are views of one imported (columns, rows) tensor (one DLPack
+    import per dtype, not per column: each import costs tens of microseconds on a GPU), each
+    a contiguous 1-D tensor, with the rows' values."""
+    n = 200
+    pq.write_table(pa.table({"a": np.arange(n), "b": np.arange(n) * 10, "c": np.arange(n) * 100,
+                             "x": np.arange(n, dtype="float32"), "y": np.ones(n, "float32")}),
+                   os.path.join(tmp_path, "part.parquet"))
+    loader = tl.torch.Loader(tl.Dataset(str(tmp_path)), batch_size=64, seed=0, device=device,
+                             categorical=["a", "b", "c"], continuous=["x"], target="y")
+    for features, target in loader:
+        storages = {features[c].untyped_storage().data_ptr() for c in "abc"}
+        assert len(storages) == 1 and all(features[c].is_contiguous() for c in "abcx")
+        torch.testing.assert_close(features["b"], features["a"] * 10)
+        torch.testing.assert_close(features["c"], features["a"] * 100)
+        torch.testing.assert_close(features["x"], features["a"].float())
+        assert target.tolist() == [1.0] * len(target)
+
+
 def test_conversion_is_zero_copy():
     array = np.arange(4)
     tensor = tl.torch.Loader._tensor(type("L", (), {"device": torch.device("cpu")})(), array)

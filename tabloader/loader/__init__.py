@@ -9,10 +9,11 @@ One class per stage, one stage (or a tightly related pair) per module:
   GPU, a fitted workflow applied when the dataset is a transformed one), checks columns and
   nulls.
 * :class:`ChunkBuffer` (``buffer``) -- packs the rows of a chunk into preallocated buffers on
-  the device: one 2-D row-major array per dtype (so a shuffled row gather touches one
-  contiguous span per row) plus ``(values, offsets)`` for list columns.
+  the device: one 2-D array per dtype (row-major on the CPU, so a shuffled row gather touches
+  one contiguous span per row; column-major on a GPU) plus ``(values, offsets)`` for list columns.
 * :class:`Shuffler` (``shuffle``) -- a seeded permutation of a chunk's rows (never the global
-  RNG).
+  RNG); on a GPU it gathers the whole chunk into that order, one kernel per dtype, so that
+  batches are views of it.
 * :class:`Batcher` (``batcher``) -- slices the permuted chunks into batches; a batch may span
   two chunks (the tail of one chunk is carried into the next), so every batch but the last is
   full.

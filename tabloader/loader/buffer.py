@@ -1,8 +1,10 @@
 """Stage 3 of the loader, the chunk buffer: packs a chunk's rows into reusable buffers on the device.
 
-:class:`ChunkBuffer` writes the rows of a chunk's segments into one 2-D row-major array per
-dtype (plus ``(values, offsets)`` for list columns), so that a shuffled row gather touches one
-contiguous span per row instead of one cache line per value. Its buffers are preallocated and
+:class:`ChunkBuffer` writes the rows of a chunk's segments into one 2-D array per dtype (plus
+``(values, offsets)`` for list columns): row-major on the host, so that a shuffled row gather
+touches one contiguous span per row instead of one cache line per value; column-major on a GPU
+(``backend.column_major_chunks``), where the whole chunk is gathered at once and each column
+is copied from arrow into pinned memory contiguously. Its buffers are preallocated and
 reused in turn, so the loader's memory is bounded by the chunk size whatever the dataset size.
 There is one fill path for every device: rows decoded on the host (pyarrow) are packed in host
 staging -- the buffers themselves on the CPU, pinned memory copied to the GPU once per chunk --
@@ -13,7 +15,9 @@ packed result the shuffler and the batcher work on.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -23,17 +27,23 @@ from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.plan import ChunkSpec, Segment
 
 _PACK_ROWS = 4096  # rows per cache-sized block when packing a chunk on the CPU
+_COPY_THREADS = min(8, os.cpu_count() or 1)  # threads copying columns into pinned staging
+_PARALLEL_BYTES = 1 << 20  # below this a column copy is not worth a thread hand-off
 
 
 @dataclasses.dataclass
 class Chunk:
-    """A chunk's rows on the device: ``groups`` dtype -> (rows, columns) array, list columns as
-    (values, offsets), and the permutation in which the batcher reads the rows."""
+    """A chunk's rows on the device: ``groups`` dtype -> (rows, columns) array (a view of the
+    chunk buffer), list columns as (values, offsets), the permutation in which the batcher
+    reads the rows, and, where chunks are column-major (a GPU), ``shuffled`` dtype ->
+    (columns, rows) array of the rows already in that order (arrays of their own, not the
+    buffer's: the batcher hands out views of them)."""
 
     spec: ChunkSpec
     groups: dict[str, Any]
     lists: dict[str, tuple[Any, Any]]
     perm: Any = None
+    shuffled: dict[str, Any] | None = None
 
     @property
     def num_rows(self) -> int:
@@ -55,10 +65,12 @@ class PackedRows:
 
 
 class ChunkBuffer:
-    """Packs the rows of a chunk into reusable, row-major buffers on the device.
+    """Packs the rows of a chunk into reusable buffers on the device.
 
-    Same-dtype scalar columns share one ``(rows, columns)`` array, so a shuffled gather reads one
-    contiguous span per row instead of one cache line per value. ``slots`` buffers are kept
+    Same-dtype scalar columns share one ``(rows, columns)`` array: row-major on the host, so a
+    shuffled gather reads one contiguous span per row instead of one cache line per value;
+    on a GPU the transposed view of a column-major ``(columns, rows)`` array, each column one
+    contiguous copy from the host. ``slots`` buffers are kept
     and reused in turn (two when prefetching: the chunk being consumed and the next one), so
     memory stays at ``slots x rows_per_chunk`` rows whatever the dataset size. On the GPU,
     rows decoded by pyarrow are packed in pinned host memory and copied once per chunk.
@@ -77,11 +89,16 @@ class ChunkBuffer:
         self.layout, self.max_rows, self.device = layout, int(max_rows), device
         self.slots = slots
         self.xp = backend.array_lib(device)
+        self.column_major = backend.column_major_chunks(device)
         self._slots: list[tuple[dict[str, Any], dict[str, Any]] | None] = [None] * slots
         self._next = 0
         self.max_rows_filled = 0  # the largest chunk packed so far (memory accounting)
 
     def _empty(self, rows: int) -> dict[str, Any]:
+        """New ``(rows, columns)`` buffers per dtype (views of ``(columns, rows)`` ones where
+        chunks are column-major)."""
+        if self.column_major:
+            return {d: self.xp.empty((len(names), rows), dtype=np.dtype(d)).T for d, names in self.layout.groups.items()}
         return {d: self.xp.empty((rows, len(names)), dtype=np.dtype(d)) for d, names in self.layout.groups.items()}
 
     def _slot(self, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -168,17 +185,39 @@ def _is_arrow(table: Any) -> bool:
 
 
 def _pack_rows(buf: Any, row: int, columns: Sequence[Any]) -> None:
-    """Write ``columns`` into ``buf[row:row+n, :]`` block by block (on the CPU, blocks stay in cache)."""
+    """Write ``columns`` into ``buf[row:row+n, :]``: a whole column at a time on a GPU or into
+    column-major staging, else block by block (on the CPU, row-major blocks stay in cache)."""
     n = len(columns[0]) if columns else 0
-    if len(columns) == 1:
-        buf[row:row + n, 0] = columns[0]
-        return
     block = backend.block_rows(buf, n, _PACK_ROWS)
+    if block >= n:
+        _copy_columns(buf[row:row + n], columns)
+        return
     for s in range(0, n, block):
         e = min(n, s + block)
         dst = buf[row + s:row + e]
         for j, col in enumerate(columns):
             dst[:, j] = col[s:e]
+
+
+def _copy_columns(dst: Any, columns: Sequence[Any]) -> None:
+    """``dst[:, j] = columns[j]`` for every column: into host memory on a few threads (numpy
+    releases the GIL while it copies, and one thread copies far slower than the memory bus
+    moves: the pinned staging of a GPU chunk is filled at memory speed), on a GPU one copy
+    kernel each."""
+    if backend.on_host(dst) and len(columns) > 1 and dst.nbytes >= _PARALLEL_BYTES * len(columns):
+        list(_copy_pool().map(lambda j: dst[:, j].__setitem__(slice(None), columns[j]), range(len(columns))))
+        return
+    for j, col in enumerate(columns):
+        dst[:, j] = col
+
+
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _copy_pool() -> concurrent.futures.ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(concurrent.futures.ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="tabloader-pack"))
+    return _POOL[0]
 
 
 def _list_rows(table: Any, seg: Segment, name: str) -> tuple[Any, Any]:

@@ -10,7 +10,7 @@ tf adapters hold one and only convert).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -57,7 +57,9 @@ class Loader:
         buffer_size: bytes of one chunk (``"256MB"`` or an int): rows are shuffled within a
             chunk. The loader holds at most two chunks (the one consumed and the one being
             prefetched), plus the decoded partition being packed and, when prefetching, the
-            next one decoded ahead (and the resident partitions).
+            next one decoded ahead (and the resident partitions). On a GPU it holds a third:
+            the chunk buffer is gathered at once into the chunk's shuffled order, and batches
+            are views of that array (so a batch kept alive keeps its chunk's array alive).
         parts_per_chunk: partitions per chunk instead of a byte budget.
         global_rank, global_size: data-parallel sharding (torch.distributed conventions). Ranks
             get disjoint rows and the same number of batches; rows that do not divide evenly are
@@ -113,6 +115,9 @@ class Loader:
         self._on_device = backend.device_context(device)
         self.layout = ColumnLayout.from_schema(dataset.schema, categorical, continuous, target, lists)
         self.gpu_frames = backend.reads_frames(getattr(dataset, "device", backend.HOST), self.device)
+        if self.gpu_frames:  # the dataset made the pool on its GPU; the loader may decode on another one
+            with self._on_device():
+                backend.ensure_rmm_pool()
         floats = [c for d, names in self.layout.groups.items() if np.dtype(d).kind == "f" for c in names]
         self.reader = PartitionReader(dataset, self.layout.columns, gpu_frames=self.gpu_frames, nan_columns=floats)
         self.resident = _resident(resident)
@@ -177,15 +182,32 @@ class Loader:
 
     # --- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[dict[str, Any], Any]]:
+        return self.iterate()
+
+    def iterate(self, convert: Callable[[Any], Any] | None = None) -> Iterator[tuple[dict[str, Any], Any]]:
+        """The next epoch, as ``iter(loader)``, with ``convert`` (array -> array) applied to a
+        batch's arrays before its features are taken out: to each dtype's ``(columns, rows)``
+        array once, then split into columns (``unbind(0)`` where the result has it), to each
+        list array and to the target. Framework adapters pass their DLPack import, so a batch
+        costs one import per dtype rather than one per column.
+
+        Example:
+            >>> import numpy as np, pandas as pd, tabloader as tl
+            >>> loader = tl.Loader(tl.Dataset(pd.DataFrame({"a": np.arange(3)})), batch_size=2, categorical=["a"],
+            ...                    shuffle=False)
+            >>> [f["a"].tolist() for f, _ in loader.iterate(lambda array: array * 10)]
+            [[0, 10], [20]]
+        """
         self.close()
         epoch, start = self._epoch, self._start_row
         self._epoch, self._start_row = epoch + 1, 0
         self._current = [epoch, start]
-        generator = self._run(epoch, start)
+        generator = self._run(epoch, start, convert)
         self._active = generator
         return generator
 
-    def _run(self, epoch: int, start: int) -> Iterator[tuple[dict[str, Any], Any]]:
+    def _run(self, epoch: int, start: int, convert: Callable[[Any], Any] | None
+             ) -> Iterator[tuple[dict[str, Any], Any]]:
         specs = [s for s in self.plan.chunks(epoch) if s.row_start + s.num_rows > start]
         buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
         resident = self.resident.snapshot() if self.resident is not None else frozenset()
@@ -194,7 +216,7 @@ class Loader:
                                        ahead=1 if self.prefetch else 0, context=self._on_device)
         build = lambda spec: self._build(buffer, reads, spec, epoch, resident)  # noqa: E731
         source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
-        batches = self.batcher.batches(source, start, self.plan.rows_per_rank)
+        batches = self.batcher.batches(source, start, self.plan.rows_per_rank, convert)
         try:
             while True:
                 with self._on_device():  # this thread's current GPU is the user's between batches
@@ -211,7 +233,9 @@ class Loader:
             reads.close()
 
     def _chunk_buffer(self, max_rows: int) -> ChunkBuffer:
-        slots = 2 if self.prefetch else 1
+        # A second slot lets the next chunk be packed while batches are gathered from this one;
+        # column-major chunks are gathered out of their slot at once (Shuffler.shuffle_chunk).
+        slots = 2 if self.prefetch and not backend.column_major_chunks(self.device) else 1
         if self._buffer is None or self._buffer.max_rows < max_rows or self._buffer.slots != slots:
             self._buffer = ChunkBuffer(self.layout, max_rows, self.device, slots=slots)
         return self._buffer
@@ -221,8 +245,7 @@ class Loader:
         with self._on_device():
             sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
             chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
-            chunk.perm = self.shuffler.permutation(spec.num_rows, epoch, self.global_rank, spec.index)
-        return chunk
+            return self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
 
     def _rows_of(self, partition: int, reads: "ReadAhead", resident: frozenset[int], buffer: ChunkBuffer) -> Any:
         """A partition's rows for the chunk buffer: resident since before the epoch, or decoded

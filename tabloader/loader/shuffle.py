@@ -2,7 +2,9 @@
 
 Rows are shuffled within a chunk, on the chunk's device, by a generator keyed on
 ``(seed, epoch, rank, chunk)`` -- never the global RNG -- so a seeded loader is reproducible,
-and a resumed one recomputes exactly the permutation it was in the middle of.
+and a resumed one recomputes exactly the permutation it was in the middle of. Where chunks are
+column-major (a GPU) the whole chunk is gathered into that order here, one kernel per dtype,
+so that the batcher only slices it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tabloader import backend
+from tabloader.loader.buffer import Chunk
 
 
 class Shuffler:
@@ -29,9 +32,18 @@ class Shuffler:
 
     def __init__(self, shuffle: bool = True, seed: int = 0, device: str = "cpu") -> None:
         self.shuffle, self.seed, self.device = shuffle, seed, device
-        self.xp = backend.array_lib(device)
 
     def permutation(self, n: int, epoch: int, rank: int, chunk: int) -> Any:
         if not self.shuffle:
-            return self.xp.arange(n, dtype=self.xp.int64)
+            xp = backend.array_lib(self.device)
+            return xp.arange(n, dtype=xp.int64)
         return backend.permutation(n, [self.seed, epoch, rank, chunk], self.device)
+
+    def shuffle_chunk(self, chunk: Chunk, epoch: int, rank: int) -> Chunk:
+        """Give ``chunk`` its permutation (and, where chunks are column-major, its rows gathered
+        in that order into ``chunk.shuffled``, so that the chunk buffer can be refilled while
+        the batches are still in use)."""
+        chunk.perm = self.permutation(chunk.num_rows, epoch, rank, chunk.spec.index)
+        if backend.column_major_chunks(self.device):
+            chunk.shuffled = {d: backend.gather_columns(rows.T, chunk.perm) for d, rows in chunk.groups.items()}
+        return chunk

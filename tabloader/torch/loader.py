@@ -84,20 +84,13 @@ class Loader(torch.utils.data.IterableDataset):
             raise RuntimeError("tabloader.torch.Loader batches and prefetches by itself: use it directly or with "
                                "DataLoader(loader, batch_size=None, num_workers=0); worker processes would each "
                                "yield the whole epoch")
-        for features, target in self.loader:
-            features = {name: self._convert(value) for name, value in features.items()}
-            target = None if target is None else self._tensor(target)
+        for features, target in self.loader.iterate(self._tensor):  # one DLPack import per dtype, not per column
             if self.output == "dict":
                 yield features, target
                 continue
             sparse = keyed_jagged(features, self.sparse_keys, self.sparse_weights, check_lengths=False)
             skip = {*self.sparse_keys, *(self.sparse_weights or {}).values()}
             yield sparse, {name: value for name, value in features.items() if name not in skip}, target
-
-    def _convert(self, value: Any) -> Any:
-        if isinstance(value, tuple):  # list column: (values, offsets)
-            return tuple(self._tensor(v) for v in value)
-        return self._tensor(value)
 
     def _tensor(self, array: Any) -> torch.Tensor:
         tensor = torch.from_dlpack(backend.exportable(array))
