@@ -14,12 +14,22 @@ rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
 * backward (inside ``loss.backward()``, like the fused collection) -- the same optimizer
   update is applied in place to the hot rows and to the staged cold rows (and states), with
   the same reference functions / Triton kernels as the fused collection; the updated cold rows
-  and states are then copied back to pinned host memory (``non_blocking``) and scattered into
-  the host buffer at the start of the next access (next forward, ``state_dict``,
-  ``table_weight`` ...). The device->host copy therefore overlaps with whatever runs between
-  this backward and the next forward (the dense optimizer step, the loader); the
-  host->device copy of a batch's cold rows is *not* overlapped with compute (no prefetch of the
-  next batch's rows yet).
+  and states are then copied back to pinned host memory on a side stream (after an event of
+  the compute stream) and scattered into the host buffer by the collection's worker thread,
+  so neither the copy nor the scatter holds up the next batch's compute. Every access to the
+  host buffer (next non-prefetched forward, ``state_dict``, ``table_weight`` ...) first waits
+  for the worker's queue.
+
+*Prefetch*: ``coll.prefetch(next_features)`` before the current batch's forward hands the next
+batch early: its unique cold rows are found at once, and the worker thread gathers them (and
+their states) into pinned memory and copies them to the device on the side stream, while the
+current batch computes. The next forward with the same cold rows takes them (its compute stream
+waits for the copy's event). The worker runs its queue in order, so the gather sees every
+write-back queued before it; rows that a later backward (typically the current batch's)
+updates are patched into the prefetched rows on the device from that backward's updated rows.
+The results are therefore identical to the non-prefetched path. A forward whose cold rows
+differ from the prefetched ones, or a change of the host store by ``load_state_dict`` /
+``load_from_fused`` / ``reset_parameters``, discards the prefetch.
 
 Because every update is per touched row and independent of the other rows (row-wise Adagrad
 state per row; Adam moments per row with the *global* step shared by all rows), the split gives
@@ -38,6 +48,8 @@ row costs: see :mod:`tabloader.torch.hot_rows`.
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -62,6 +74,15 @@ class _Staged:
         self.uniq_host, self.inverse = uniq_host, inverse
         self.weight, self.state1, self.state2 = weight, state1, state2
         self.pad_local, self.version = pad_local, version
+
+
+class _Prefetch:
+    """A batch's cold rows handed early: the worker's future of ``(device tensors, copy event)``,
+    and the write-backs queued after it (their rows are patched in when it is taken)."""
+
+    def __init__(self, uniq_host: torch.Tensor, with_state: bool, future: Future) -> None:
+        self.uniq_host, self.with_state, self.future = uniq_host, with_state, future
+        self.writes: list[_Staged] = []
 
 
 class _Split:
@@ -155,7 +176,10 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
         self.cold_state1, self.cold_state2 = (self._new_states(c, initial_accumulator_value, pin_memory=pin)
                                               + [None, None])[:2]
-        self._pending: list[tuple[Any, torch.Tensor, list[torch.Tensor]]] = []
+        self._tasks: list[Future] = []  # the worker's queue: write-backs and prefetch gathers, in order
+        self._worker: ThreadPoolExecutor | None = None
+        self._side_stream: Any = None
+        self._prefetched: _Prefetch | None = None
         self._cold_version = 0
         self.reset_parameters()
 
@@ -166,7 +190,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             full = torch.empty((cfg.num_embeddings, self.embedding_dim), dtype=torch.float32)
             init_embedding_(full, cfg.init, cfg.padding_idx)
             self._set_table(cfg.name, self.hot_weight.detach(), self.cold_weight, full)
-        self._cold_version += 1
+        self._store_changed()
 
     def _parts(self, name: str, hot: torch.Tensor, cold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         i = self._table_index(name)
@@ -218,7 +242,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             for key, hot, cold in self._states():
                 self._set_table(cfg.name, hot, cold, getattr(fused, key)[sl].cpu())
         self.step = fused.step
-        self._cold_version += 1
+        self._store_changed()
         return self
 
     def extra_repr(self) -> str:
@@ -253,7 +277,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                 continue
             with torch.no_grad():
                 t.copy_(value)
-        self._cold_version += 1
+        self._store_changed()
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
         ours = {prefix + key for key in self._cold_tensors()}
@@ -268,65 +292,207 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                              f"{self.hot_rows}")
         self.step = int(state.get("step", 0))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling / ``copy.deepcopy``: finish the worker's queue; the copy starts without worker or prefetch."""
+        self._flush()
+        state = self.__dict__.copy()
+        state.update(_worker=None, _side_stream=None, _prefetched=None, _tasks=[])
+        return state
+
+    def _store_changed(self) -> None:
+        """The host store was rewritten (not by a write-back): staged and prefetched rows are stale."""
+        self._cold_version += 1
+        self._prefetched = None
+
     def _flush(self) -> None:
-        """Finish the pending write-back of the last backward's cold rows into the host store."""
-        pending, self._pending = self._pending, []
-        for event, uniq_host, buffers in pending:
-            if event is not None:
-                event.synchronize()
-            targets = [self.cold_weight] + [t for t in (self.cold_state1, self.cold_state2) if t is not None]
-            for target, buf in zip(targets, buffers):
-                target.index_copy_(0, uniq_host, buf)
+        """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.result()  # re-raises a worker's error here
+
+    def _submit(self, fn: Any, *args: Any) -> Future:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="tabloader-offload")
+        task = self._worker.submit(fn, *args)
+        self._tasks.append(task)
+        return task
+
+    def _side(self) -> Any:
+        """The stream of the host<->device copies (``None`` on the host)."""
+        device = self.hot_weight.device
+        if is_host(device):
+            return None
+        if self._side_stream is None:
+            self._side_stream = torch.Stream(device=device)
+        return self._side_stream
+
+    def _on(self, stream: Any) -> Any:
+        return torch.cuda.stream(stream) if self.hot_weight.device.type == "cuda" else contextlib.nullcontext()
+
+    def _cold_sources(self, with_state: bool) -> list[torch.Tensor]:
+        sources = [self.cold_weight]
+        if with_state:
+            sources += [t for t in (self.cold_state1, self.cold_state2) if t is not None]
+        return sources
+
+    def _gather(self, uniq_host: torch.Tensor, with_state: bool) -> list[torch.Tensor]:
+        """The rows ``uniq_host`` of the host store (and states), in (pinned, from a GPU) staging buffers."""
+        pin = pins_host_memory(self.hot_weight.device)
+        out = []
+        for src in self._cold_sources(with_state):
+            buf = torch.empty((uniq_host.numel(),) + tuple(src.shape[1:]), dtype=src.dtype, pin_memory=pin)
+            torch.index_select(src, 0, uniq_host, out=buf)
+            out.append(buf)
+        return out
+
+    def _pad_local(self, uniq: torch.Tensor) -> torch.Tensor:
+        if self._cold_padding_rows.numel():
+            return torch.nonzero(torch.isin(uniq, self._cold_padding_rows)).squeeze(1)
+        return self._cold_padding_rows
+
+    def _staged(self, uniq: torch.Tensor, uniq_host: torch.Tensor, inverse: torch.Tensor,
+                tensors: list[torch.Tensor]) -> _Staged:
+        s1 = tensors[1] if len(tensors) > 1 else None
+        s2 = tensors[2] if len(tensors) > 2 else None
+        return _Staged(uniq_host, inverse, tensors[0], s1, s2, self._pad_local(uniq), self._cold_version)
 
     def _stage(self, uniq: torch.Tensor, inverse: torch.Tensor, with_state: bool) -> _Staged:
         """Copy the cold rows ``uniq`` (host-store indices, on the device) and their states to the device."""
         self._flush()
-        device = self.hot_weight.device
         uniq_host = uniq.cpu()
-        pin = pins_host_memory(device)
-        sources = [self.cold_weight]
-        if with_state:
-            sources += [t for t in (self.cold_state1, self.cold_state2) if t is not None]
-        staged = []
-        for src in sources:
-            buf = torch.empty((uniq_host.numel(),) + tuple(src.shape[1:]), dtype=src.dtype, pin_memory=pin)
-            torch.index_select(src, 0, uniq_host, out=buf)
-            staged.append(buf.to(device, non_blocking=True))  # the staging buffer itself on the host
-        if self._cold_padding_rows.numel():
-            pad_local = torch.nonzero(torch.isin(uniq, self._cold_padding_rows)).squeeze(1)
-        else:
-            pad_local = self._cold_padding_rows
-        s1 = staged[1] if len(staged) > 1 else None
-        s2 = staged[2] if len(staged) > 2 else None
-        return _Staged(uniq_host, inverse, staged[0], s1, s2, pad_local, self._cold_version)
+        device = self.hot_weight.device
+        tensors = [buf.to(device, non_blocking=True) for buf in self._gather(uniq_host, with_state)]
+        return self._staged(uniq, uniq_host, inverse, tensors)
+
+    @torch.no_grad()
+    def prefetch(self, features: Mapping[str, Any]) -> None:
+        """Start staging the cold rows of ``features``, the batch of the *next* forward.
+
+        Call it before the current batch's forward: a worker thread gathers the next batch's
+        cold rows (with their optimizer state when the collection trains) into pinned memory
+        and copies them to the device on a side stream while the current batch computes. The
+        next forward takes them if its cold rows are the same (otherwise it stages as usual);
+        rows the current batch's backward updates are patched in, so results are identical to
+        calling no ``prefetch`` at all.
+
+        Example:
+            >>> import torch
+            >>> from tabloader.torch.layers import EmbeddingConfig
+            >>> coll = OffloadedEmbeddingCollection([EmbeddingConfig("C1", 100, 4)], hot_rows=10,
+            ...                                     optimizer="adam", device="cpu")
+            >>> batches = [{"C1": torch.tensor([1, 50, 60])}, {"C1": torch.tensor([50, 70])}]
+            >>> for i, feats in enumerate(batches):
+            ...     if i + 1 < len(batches):
+            ...         coll.prefetch(batches[i + 1])   # row 50 is read again: patched after this backward
+            ...     coll(feats).sum().backward()
+            >>> coll.step
+            2
+        """
+        split = self._locate(self.plan(features))
+        self._prefetched = None
+        cold_flat = self._cold_flat(*split)
+        if not cold_flat.numel():
+            return
+        uniq_host = torch.unique(cold_flat, sorted=True).cpu()
+        with_state = self.hot_weight.requires_grad and self.optimizer != "sgd"
+        future = self._submit(self._gather_to_device, uniq_host, with_state)
+        self._prefetched = _Prefetch(uniq_host, with_state, future)
+
+    def _gather_to_device(self, uniq_host: torch.Tensor, with_state: bool) -> tuple[list[torch.Tensor], Any]:
+        """(worker thread) Gather rows into pinned buffers and copy them to the device on the side stream."""
+        host = self._gather(uniq_host, with_state)
+        side = self._side()
+        if side is None:
+            return host, None
+        with self._on(side):
+            tensors = [buf.to(self.hot_weight.device, non_blocking=True) for buf in host]
+            event = torch.Event(device=self.hot_weight.device)
+            event.record(side)
+        return tensors, event
+
+    def _take_prefetched(self, uniq: torch.Tensor, inverse: torch.Tensor, training: bool) -> _Staged | None:
+        """The prefetched rows if they are ``uniq`` (and have the states ``training`` needs), brought up to date."""
+        pre, self._prefetched = self._prefetched, None
+        if pre is None:
+            return None
+        uniq_host = uniq.cpu()
+        if not torch.equal(uniq_host, pre.uniq_host) or (training and not pre.with_state
+                                                        and self.optimizer != "sgd"):
+            return None
+        tensors, event = pre.future.result()
+        if event is not None:
+            compute = torch.accelerator.current_stream(uniq.device)
+            compute.wait_event(event)
+            for t in tensors:
+                t.record_stream(compute)  # allocated on the side stream, used on this one
+        for written in pre.writes:
+            self._patch(uniq_host, tensors, written)
+        return self._staged(uniq, uniq_host, inverse, tensors)
+
+    @staticmethod
+    def _patch(uniq_host: torch.Tensor, tensors: list[torch.Tensor], written: _Staged) -> None:
+        """Overwrite the rows of ``tensors`` (rows ``uniq_host``) that ``written`` (a later write-back) updated."""
+        theirs = written.uniq_host
+        pos = torch.searchsorted(theirs, uniq_host).clamp_(max=theirs.numel() - 1)
+        mine = torch.nonzero(theirs[pos] == uniq_host).squeeze(1)
+        if not mine.numel():
+            return
+        device = tensors[0].device
+        mine, pos = mine.to(device), pos.index_select(0, mine).to(device)
+        sources = [written.weight] + [t for t in (written.state1, written.state2) if t is not None]
+        for target, source in zip(tensors, sources):
+            target.index_copy_(0, mine, source.index_select(0, pos))
 
     def _write_back(self, staged: _Staged) -> None:
-        """Queue the staged rows' copy back to the host store: from a GPU an asynchronous copy
-        into pinned memory, written into the store at the next access (:meth:`_flush`); rows
-        staged on the host are written at once."""
+        """Queue the staged (updated) rows' return to the host store: from a GPU an asynchronous copy
+        into pinned memory on the side stream; the worker thread scatters them into the store."""
         tensors = [staged.weight] + [t for t in (staged.state1, staged.state2) if t is not None]
-        device = staged.weight.device
-        copies = [t.to("cpu", non_blocking=True) for t in tensors]  # pinned from a GPU; the tensors on the host
-        event = None
-        if not is_host(device):
-            event = torch.Event(device=device)
-            event.record()
-        self._pending.append((event, staged.uniq_host, copies))
-        if event is None:
-            self._flush()
+        side, event = self._side(), None
+        if side is not None:
+            side.wait_stream(torch.accelerator.current_stream(staged.weight.device))
+            with self._on(side):
+                copies = [t.to("cpu", non_blocking=True) for t in tensors]  # pinned
+                event = torch.Event(device=staged.weight.device)
+                event.record(side)
+            for t in tensors:
+                t.record_stream(side)
+        else:
+            copies = tensors
+        self._submit(self._scatter, event, staged.uniq_host, copies)
+        if self._prefetched is not None:
+            self._prefetched.writes.append(staged)
         self._cold_version += 1
+
+    def _scatter(self, event: Any, uniq_host: torch.Tensor, copies: list[torch.Tensor]) -> None:
+        """(worker thread) Write updated rows into the host store once their copy is complete."""
+        if event is not None:
+            event.synchronize()
+        targets = [self.cold_weight] + [t for t in (self.cold_state1, self.cold_state2) if t is not None]
+        for target, buf in zip(targets, copies):
+            target.index_copy_(0, uniq_host, buf)
 
     @property
     def _parameter(self) -> nn.Parameter:
         return self.hot_weight
 
-    def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
-        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states)."""
+    def _locate(self, plan: LookupPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per lookup: its table, its row in the table, the table's threshold, and whether it is hot."""
         rows = plan.rows
         t = torch.searchsorted(self._table_starts, rows, right=True) - 1
         local = rows - self._table_starts.index_select(0, t)
         limit = self._table_hot.index_select(0, t)
-        is_hot = local < limit
+        return t, local, limit, local < limit
+
+    def _cold_flat(self, t: torch.Tensor, local: torch.Tensor, limit: torch.Tensor,
+                   is_hot: torch.Tensor) -> torch.Tensor:
+        """The host-store row of every cold lookup."""
+        cold_idx = torch.nonzero(~is_hot).squeeze(1)
+        return (self._cold_offsets.index_select(0, t.index_select(0, cold_idx)) + local.index_select(0, cold_idx)
+                - limit.index_select(0, cold_idx))
+
+    def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
+        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states)."""
+        t, local, limit, is_hot = self._locate(plan)
         hot_idx = torch.nonzero(is_hot).squeeze(1)
         cold_idx = torch.nonzero(~is_hot).squeeze(1)
         if plan.single_hot:
@@ -339,11 +505,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         hot = LookupPlan(hot_rows, plan.batch, plan.num_features, bag_h, sc_h)
         staged = None
         if cold_idx.numel():
-            tc = t.index_select(0, cold_idx)
-            cold_flat = (self._cold_offsets.index_select(0, tc) + local.index_select(0, cold_idx)
-                         - limit.index_select(0, cold_idx))
-            uniq, inverse = torch.unique(cold_flat, sorted=True, return_inverse=True)
-            staged = self._stage(uniq, inverse, with_state=training)
+            uniq, inverse = torch.unique(self._cold_flat(t, local, limit, is_hot), sorted=True, return_inverse=True)
+            staged = (self._take_prefetched(uniq, inverse, training)
+                      or self._stage(uniq, inverse, with_state=training))
             cold_rows = inverse
         else:
             cold_rows = cold_idx
@@ -374,7 +538,6 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         staged = split.staged
         if staged is None:
             return
-        self._flush()
         if staged.version != self._cold_version or (self.optimizer != "sgd" and staged.state1 is None):
             # the host store changed since the forward (or the forward ran without states): re-read
             uniq = staged.uniq_host.to(self.hot_weight.device)
