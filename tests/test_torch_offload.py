@@ -271,3 +271,64 @@ def test_matches_fused_on_device(device, optimizer, pooled):
     assert off.hot_weight.device.type == device and off.cold_weight.device.type == "cpu"
     _train(fused, off, optimizer, steps=3, pooled=pooled, device=device, batch=case["batch"], cards=case["cards"],
            atol=1e-5)
+
+
+def _cold_rows_of(off, feats):
+    plan = off.plan(feats)
+    return set(torch.unique(off._cold_flat(*off._locate(plan))).tolist())
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("pooled", [False, True])
+def test_prefetch_gives_the_same_training_as_no_prefetch(optimizer, pooled):
+    """prefetch(next batch) before each forward: the prefetched rows were gathered before the current
+    backward updated the rows both batches share, so they must be patched -- same bits as without."""
+    fused, plain = _pair(optimizer, [7, 20, 4], pooled=pooled)
+    _, pre = _pair(optimizer, [7, 20, 4], pooled=pooled)
+    batches = [_batch(100 + s, pooled=pooled) for s in range(5)]
+    shared = [_cold_rows_of(pre, a) & _cold_rows_of(pre, b) for a, b in zip(batches, batches[1:])]
+    assert all(shared), "consecutive batches must share cold rows for this test to mean anything"
+    for step, feats in enumerate(batches):
+        if step + 1 < len(batches):
+            pre.prefetch(batches[step + 1])
+        outs = []
+        for coll in (fused, plain, pre):
+            out = coll(feats)
+            up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step))
+            (out * up).sum().backward()
+            outs.append(out.detach())
+        assert torch.equal(outs[2], outs[1]), f"step {step} output"
+        for cfg in pre.configs:
+            assert torch.equal(pre.table_weight(cfg.name), plain.table_weight(cfg.name)), (step, cfg.name)
+            for key in STATES[optimizer]:
+                assert torch.equal(pre.table_state(cfg.name, key), plain.table_state(cfg.name, key)), (step, key)
+    _assert_same(fused, pre, optimizer, "prefetch vs fused", atol=0.0 if not pooled else 1e-6)
+
+
+def test_prefetch_of_other_rows_or_before_a_reload_is_not_used():
+    """A forward whose cold rows differ from the prefetched ones stages its own; a load_state_dict
+    after the prefetch makes the prefetched rows stale."""
+    fused, off = _pair("adam", [3, 10, 2])
+    off.prefetch(_batch(7))
+    for coll in (fused, off):
+        coll(_batch(1)).sum().backward()
+    _assert_same(fused, off, "adam", "after a mismatched prefetch", atol=0.0)
+    fresh = FusedEmbeddingCollection(off.configs, optimizer="adam", lr=0.05)
+    off.prefetch(_batch(2))
+    off.load_from_fused(fresh)
+    for coll in (fresh, off):
+        coll(_batch(2)).sum().backward()
+    _assert_same(fresh, off, "adam", "after a reload", atol=0.0)
+
+
+def test_deepcopy_after_prefetch_and_training():
+    import copy
+
+    fused, off = _pair("adagrad", [3, 10, 2])
+    off.prefetch(_batch(1))
+    for coll in (fused, off):
+        coll(_batch(0)).sum().backward()
+    twin = copy.deepcopy(off)
+    for coll in (fused, twin):
+        coll(_batch(1)).sum().backward()
+    _assert_same(fused, twin, "adagrad", "deep copy", atol=0.0)

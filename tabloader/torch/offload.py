@@ -48,14 +48,14 @@ row costs: see :mod:`tabloader.torch.hot_rows`.
 
 from __future__ import annotations
 
-import contextlib
+import collections
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from tabloader.backend import is_host, pins_host_memory
+from tabloader.backend import pins_host_memory
 from tabloader.torch.config import EmbeddingConfig, init_embedding_
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
@@ -179,7 +179,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._tasks: list[Future] = []  # the worker's queue: write-backs and prefetch gathers, in order
         self._worker: ThreadPoolExecutor | None = None
         self._side_stream: Any = None
-        self._prefetched: _Prefetch | None = None
+        # prefetches not yet taken, oldest first: the current batch's and the next one's when
+        # prefetch(next) is called before the current forward
+        self._prefetched: collections.deque[_Prefetch] = collections.deque(maxlen=2)
         self._cold_version = 0
         self.reset_parameters()
 
@@ -296,13 +298,13 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         """Pickling / ``copy.deepcopy``: finish the worker's queue; the copy starts without worker or prefetch."""
         self._flush()
         state = self.__dict__.copy()
-        state.update(_worker=None, _side_stream=None, _prefetched=None, _tasks=[])
+        state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=2), _tasks=[])
         return state
 
     def _store_changed(self) -> None:
         """The host store was rewritten (not by a write-back): staged and prefetched rows are stale."""
         self._cold_version += 1
-        self._prefetched = None
+        self._prefetched.clear()
 
     def _flush(self) -> None:
         """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it)."""
@@ -318,16 +320,13 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         return task
 
     def _side(self) -> Any:
-        """The stream of the host<->device copies (``None`` on the host)."""
+        """The CUDA stream of the host<->device copies (``None`` elsewhere: copies on the current stream)."""
         device = self.hot_weight.device
-        if is_host(device):
+        if device.type != "cuda":
             return None
         if self._side_stream is None:
-            self._side_stream = torch.Stream(device=device)
+            self._side_stream = torch.cuda.Stream(device=device)
         return self._side_stream
-
-    def _on(self, stream: Any) -> Any:
-        return torch.cuda.stream(stream) if self.hot_weight.device.type == "cuda" else contextlib.nullcontext()
 
     def _cold_sources(self, with_state: bool) -> list[torch.Tensor]:
         sources = [self.cold_weight]
@@ -370,10 +369,11 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
 
         Call it before the current batch's forward: a worker thread gathers the next batch's
         cold rows (with their optimizer state when the collection trains) into pinned memory
-        and copies them to the device on a side stream while the current batch computes. The
-        next forward takes them if its cold rows are the same (otherwise it stages as usual);
-        rows the current batch's backward updates are patched in, so results are identical to
-        calling no ``prefetch`` at all.
+        and copies them to the device on a side stream while the current batch computes.
+        A forward takes the prefetch of its cold rows (the two newest are kept: the current
+        batch's and the next one's; older ones than the one taken are dropped); without one it
+        stages as usual. Rows that the current batch's backward updates are patched in, so
+        results are identical to calling no ``prefetch`` at all.
 
         Example:
             >>> import torch
@@ -388,40 +388,41 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             >>> coll.step
             2
         """
-        split = self._locate(self.plan(features))
-        self._prefetched = None
-        cold_flat = self._cold_flat(*split)
+        cold_flat = self._cold_flat(*self._locate(self.plan(features)))
         if not cold_flat.numel():
-            return
+            return  # the next forward has no cold rows: it takes no prefetch
         uniq_host = torch.unique(cold_flat, sorted=True).cpu()
         with_state = self.hot_weight.requires_grad and self.optimizer != "sgd"
         future = self._submit(self._gather_to_device, uniq_host, with_state)
-        self._prefetched = _Prefetch(uniq_host, with_state, future)
+        self._prefetched.append(_Prefetch(uniq_host, with_state, future))
 
     def _gather_to_device(self, uniq_host: torch.Tensor, with_state: bool) -> tuple[list[torch.Tensor], Any]:
         """(worker thread) Gather rows into pinned buffers and copy them to the device on the side stream."""
         host = self._gather(uniq_host, with_state)
-        side = self._side()
+        device, side = self.hot_weight.device, self._side()
         if side is None:
-            return host, None
-        with self._on(side):
-            tensors = [buf.to(self.hot_weight.device, non_blocking=True) for buf in host]
-            event = torch.Event(device=self.hot_weight.device)
+            return [buf.to(device, non_blocking=True) for buf in host], None
+        with torch.cuda.stream(side):
+            tensors = [buf.to(device, non_blocking=True) for buf in host]
+            event = torch.cuda.Event()
             event.record(side)
         return tensors, event
 
     def _take_prefetched(self, uniq: torch.Tensor, inverse: torch.Tensor, training: bool) -> _Staged | None:
-        """The prefetched rows if they are ``uniq`` (and have the states ``training`` needs), brought up to date."""
-        pre, self._prefetched = self._prefetched, None
-        if pre is None:
-            return None
+        """The prefetch of rows ``uniq`` (with the states ``training`` needs), brought up to date, or None.
+        It and the prefetches older than it are used up."""
         uniq_host = uniq.cpu()
-        if not torch.equal(uniq_host, pre.uniq_host) or (training and not pre.with_state
-                                                        and self.optimizer != "sgd"):
+        needs_state = training and self.optimizer != "sgd"
+        matches = [i for i, p in enumerate(self._prefetched)
+                   if torch.equal(p.uniq_host, uniq_host) and (p.with_state or not needs_state)]
+        if not matches:
             return None
+        for _ in range(matches[0]):
+            self._prefetched.popleft()
+        pre = self._prefetched.popleft()
         tensors, event = pre.future.result()
         if event is not None:
-            compute = torch.accelerator.current_stream(uniq.device)
+            compute = torch.cuda.current_stream(uniq.device)
             compute.wait_event(event)
             for t in tensors:
                 t.record_stream(compute)  # allocated on the side stream, used on this one
@@ -449,18 +450,18 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         tensors = [staged.weight] + [t for t in (staged.state1, staged.state2) if t is not None]
         side, event = self._side(), None
         if side is not None:
-            side.wait_stream(torch.accelerator.current_stream(staged.weight.device))
-            with self._on(side):
+            side.wait_stream(torch.cuda.current_stream(staged.weight.device))
+            with torch.cuda.stream(side):
                 copies = [t.to("cpu", non_blocking=True) for t in tensors]  # pinned
-                event = torch.Event(device=staged.weight.device)
+                event = torch.cuda.Event()
                 event.record(side)
             for t in tensors:
-                t.record_stream(side)
+                t.record_stream(side)  # freed after this backward: not reused before the copy ran
         else:
-            copies = tensors
+            copies = [t.to("cpu") for t in tensors]  # the tensors themselves on the host; else a blocking copy
         self._submit(self._scatter, event, staged.uniq_host, copies)
-        if self._prefetched is not None:
-            self._prefetched.writes.append(staged)
+        for pre in self._prefetched:
+            pre.writes.append(staged)
         self._cold_version += 1
 
     def _scatter(self, event: Any, uniq_host: torch.Tensor, copies: list[torch.Tensor]) -> None:
