@@ -315,6 +315,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
     def _submit(self, fn: Any, *args: Any) -> Future:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="tabloader-offload")
+        for done in [t for t in self._tasks if t.done()]:
+            done.result()  # re-raises a worker's error; the finished ones leave the queue (and their tensors)
+            self._tasks.remove(done)
         task = self._worker.submit(fn, *args)
         self._tasks.append(task)
         return task
