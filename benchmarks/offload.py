@@ -20,6 +20,11 @@ Usage::
 
     python benchmarks/offload.py --device cuda        # batch 65536, 20M rows x 128 (~30 GB w/ Adam)
     python benchmarks/offload.py --device cpu         # small scale, < 1 min
+    python benchmarks/offload.py --device cuda --trace-dir /tmp/offload-trace   # + torch.profiler traces
+
+With ``--trace-dir DIR``, 5 steps of each offloaded variant also run under ``torch.profiler``:
+``DIR/trace_<variant>.json`` (chrome trace: where the copies, the host gather and the waits sit)
+and ``DIR/ops_<variant>.txt`` (the top operators by self time).
 
 Not a test: it prints a Markdown table (method, ms/step, rows/s, speed-up vs the CPU answer).
 """
@@ -57,6 +62,22 @@ DEFAULTS = {  # device -> rows per table, dim, batch, steps
 }
 
 
+def trace(out_dir: str, name: str, step: Callable[[int], None], device: str, steps: int = 5) -> None:
+    """Write a torch.profiler chrome trace and an operator table of ``steps`` calls of ``step``."""
+    os.makedirs(out_dir, exist_ok=True)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}.json"))
+    with open(os.path.join(out_dir, f"ops_{name}.txt"), "w") as f:
+        f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -72,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--optimizer", choices=["adam", "adagrad", "sgd"], default="adam")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--skip-cpu-baseline", action="store_true")
+    parser.add_argument("--trace-dir", default=None, help="also write torch.profiler traces of the offloaded steps here")
     args = parser.parse_args(argv)
 
     dev = args.device
@@ -143,6 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     off.prefetch(dev_batches[0])  # the first timed-loop batch's rows, like a training loop's first prefetch
     results.append(("offloaded + prefetch of the next batch",
                      median_step_seconds(coll_step(off, prefetch=True), steps, args.warmup, dev), ""))
+    if args.trace_dir:
+        trace(args.trace_dir, "offloaded", coll_step(off), dev)
+        off.prefetch(dev_batches[0])
+        trace(args.trace_dir, "offloaded_prefetch", coll_step(off, prefetch=True), dev)
     del off
     gc.collect()
     if dev == "cuda":
