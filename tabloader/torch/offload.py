@@ -23,13 +23,13 @@ rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
 *Prefetch*: ``coll.prefetch(next_features)`` before the current batch's forward hands the next
 batch early: its unique cold rows are found at once, and the worker thread gathers them (and
 their states) into pinned memory and copies them to the device on the side stream, while the
-current batch computes. The next forward with the same cold rows takes them (its compute stream
-waits for the copy's event). The worker runs its queue in order, so the gather sees every
+current batch computes. The forward whose cold rows are the prefetched ones takes them (its
+compute stream waits for the copy's event); the collection keeps the two newest prefetches. The worker runs its queue in order, so the gather sees every
 write-back queued before it; rows that a later backward (typically the current batch's)
 updates are patched into the prefetched rows on the device from that backward's updated rows.
-The results are therefore identical to the non-prefetched path. A forward whose cold rows
-differ from the prefetched ones, or a change of the host store by ``load_state_dict`` /
-``load_from_fused`` / ``reset_parameters``, discards the prefetch.
+The results are therefore identical to the non-prefetched path. A forward with other cold rows
+stages its own; a change of the host store by ``load_state_dict`` / ``load_from_fused`` /
+``reset_parameters`` discards the prefetches.
 
 Because every update is per touched row and independent of the other rows (row-wise Adagrad
 state per row; Adam moments per row with the *global* step shared by all rows), the split gives
@@ -314,6 +314,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
 
     def _submit(self, fn: Any, *args: Any) -> Future:
         if self._worker is None:
+            self._side()  # made in this thread, before the worker may need it
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="tabloader-offload")
         for done in [t for t in self._tasks if t.done()]:
             done.result()  # re-raises a worker's error; the finished ones leave the queue (and their tensors)
