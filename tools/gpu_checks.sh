@@ -113,7 +113,7 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
     embedding)
       run_step embedding "$py" benchmarks/embedding.py --device cuda --json "$out/embedding.json" ;;
     offload)
-      run_step offload "$py" benchmarks/offload.py --device cuda ;;
+      run_step offload "$py" benchmarks/offload.py --device cuda --trace-dir "$out/offload-trace" ;;
     workflow)  # 5M rows: tabloader on cuDF vs hand-written cuDF (and cudf-polars when installed),
                # pandas and polars on the CPU; the projected Criteo-1TB time is printed after each table
       if has_cudf; then
