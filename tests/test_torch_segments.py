@@ -77,7 +77,7 @@ def test_max_chunks_bounds_the_worst_batches(chunk_size):
     ``chunk_size + 1`` entries; every count of entries, split every way tried, stays under it."""
     from tabloader.torch.dispatch import max_chunks
 
-    for n in range(0, 4 * chunk_size + 9):
+    for n in range(4 * chunk_size + 9):
         worst = 0
         for hot in range(chunk_size + 1, n + 1):  # rows of `hot` lookups each, the rest light
             k = n // hot
