@@ -4,8 +4,8 @@
 #
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
-# STEP is one of: env tests loader embedding offload workflow demo data50m workflow50m (default:
-# all of them, in that order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
+# STEP is one of: env tests loader embedding offload workflow demo profiles data50m workflow50m
+# (default: all of them, in that order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
 # code and seconds, and the script exits non-zero if any step failed. Steps are sized to fit the
 # device tool's 10-minute call together (tests ~3 min, each benchmark 1-2 min on an H100); run
 # them over two calls when cuDF was installed in the same call. The 50M-row workflow benchmark
@@ -28,7 +28,7 @@ set -u
 out=${1:?usage: tools/gpu_checks.sh OUT_DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow demo data50m workflow50m)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow demo profiles data50m workflow50m)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from the repository root, not the caller's folder
 cd "$(dirname "$0")/.."
@@ -127,6 +127,18 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
         demo --device cuda --rows "${DEMO_ROWS:-1000000}" --workdir "$bench_data/demo_cuda"
       run_step demo_cpu "$py" -c 'import sys; from tabloader.cli import main; sys.exit(main(sys.argv[1:]))' \
         demo --device cpu --rows "${DEMO_ROWS:-1000000}" --workdir "$bench_data/demo_cpu" ;;
+    profiles)  # where the time goes, stage by stage, with a GPU wait at each boundary (after loader/workflow:
+               # they reuse those steps' data)
+      run_step prof_embedding "$py" tools/embedding_phases.py "$out/embedding_phases" --optimizer sgd --optimizer adam
+      run_step prof_kernels "$py" tools/gpu_kernel_probe.py "$out/kernel_probe"
+      run_step prof_loader "$py" tools/gpu_profile_loader.py "$out/loader_profile" --device cuda \
+        --data "$bench_data/loader"
+      if has_cudf; then
+        run_step prof_loader_cudf "$py" tools/gpu_profile_loader.py "$out/loader_profile_cudf" --device cuda \
+          --decode cuda --data "$bench_data/loader"
+        run_step prof_workflow "$py" tools/gpu_profile_workflow.py "$out/workflow_profile" --rows 5000000 \
+          --data "$bench_data/raw"
+      fi ;;
     data50m)  # the 50M raw rows of workflow50m, written once (reused while the machine lives)
       run_step data50m "$py" -c "import sys; sys.path.insert(0, 'benchmarks')
 from _common import raw_criteo
@@ -139,7 +151,7 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
     *)
-      echo "unknown step $step; steps: env tests loader embedding offload workflow demo data50m workflow50m" >&2
+      echo "unknown step $step; steps: env tests loader embedding offload workflow demo profiles data50m workflow50m" >&2
       exit 2 ;;
   esac
 done
