@@ -829,17 +829,59 @@ def _numpy_typed(series: Any) -> Any:
     return series if isinstance(dtype, np.dtype) else series.astype(np.dtype(dtype.numpy_dtype))
 
 
-def host_float_values(series: Any) -> Any:
-    """The values of a numpy-backed pandas float column, whose nulls are its NaN (uncopied);
-    None for other columns (cuDF keeps NaN apart from its nulls).
+def float_values_filled(series: Any, fill: Any) -> Any:
+    """The values of a numpy-float column (pandas or cuDF) with its nulls and NaN replaced by
+    ``fill`` (a scalar of the column's dtype), as a numpy/CuPy array; None for other columns.
+
+    pandas keeps nulls as NaN. cuDF keeps them apart (a mask) and its ``fillna`` counts the NaN
+    first (a wait for the device per column): here the nulls are replaced by libcudf and the NaN
+    by CuPy, with no read back.
 
     Example:
-        >>> host_float_values(pd.Series([1.5, None])).tolist(), host_float_values(pd.Series([1, 2]))
-        ([1.5, nan], None)
+        >>> float_values_filled(pd.Series([1.5, None]), np.float64(0)).tolist()
+        [1.5, 0.0]
+        >>> float_values_filled(pd.Series([1, 2]), 0) is None
+        True
     """
-    if is_gpu_object(series) or not isinstance(series.dtype, np.dtype) or series.dtype.kind != "f":
+    dtype = series.dtype
+    if not isinstance(dtype, np.dtype) or dtype.kind != "f":
         return None
-    return series.to_numpy()
+    values = _cudf_nulls_replaced(series, fill) if is_gpu_object(series) else series.to_numpy()
+    xp = array_lib(values)
+    return xp.where(xp.isnan(values), fill, values)
+
+
+def _cudf_nulls_replaced(series: Any, fill: Any) -> Any:
+    """A cuDF numeric column's values as a CuPy array, nulls replaced by ``fill`` (of its dtype).
+    ``null_count`` is known without the device (libcudf keeps it with the column)."""
+    if series.null_count == 0:
+        return series.to_cupy()
+    import pyarrow as pa
+    plc = _import_gpu_module("pylibcudf")
+    column, _ = series.to_pylibcudf()
+    scalar = plc.Scalar.from_arrow(pa.scalar(fill, type=pa.from_numpy_dtype(series.dtype)))
+    return cudf().Series.from_pylibcudf(plc.replace.replace_nulls(column, scalar)).to_cupy()
+
+
+def log1p_float32(values: Any) -> Any:
+    """float32 ``log(float64(x) + 1)`` of a float32 numpy/CuPy array: on the GPU one fused
+    kernel (four without: cast, add, log, cast back), on the CPU by numpy.
+
+    Example:
+        >>> log1p_float32(np.array([0.0, 9.0], dtype=np.float32)).astype(np.float64).round(4).tolist()
+        [0.0, 2.3026]
+    """
+    if array_lib(values) is np:
+        y = values.astype(np.float64)
+        y += 1.0
+        np.log(y, out=y)
+        return y.astype(np.float32)
+    return _log1p_float32_kernel()(values)
+
+
+@functools.cache
+def _log1p_float32_kernel() -> Any:
+    return cupy().ElementwiseKernel("float32 x", "float32 y", "y = (float)log((double)x + 1.0)", "tabloader_log1p_f32")
 
 
 def numeric_values(series: Any) -> Any:

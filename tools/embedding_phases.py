@@ -6,9 +6,11 @@ Usage (repo root, CUDA device): ``python tools/embedding_phases.py OUT_DIR [--op
 an H100 although Adam moves three times the bytes of SGD, so the update kernel's bandwidth is not
 what bounds the step. This script times, on the benchmark's batches (26 Criteo-like tables, batch
 65536, dim 128), each phase alone: building the lookup plan (id validation included), the
-forward gather, the row sort and segments of :func:`tabloader.torch.dispatch.segments` (with its
-device synchronizations), and the update kernels; and gives each kernel's bytes moved as a
-share of the device's peak. Writes ``OUT_DIR/phases.json`` and prints it.
+forward gather, the row sort and segments of :func:`tabloader.torch.dispatch.segments`, and the
+update kernels; the whole step with id validation (one synchronization per batch, as the
+benchmark runs it) and without; whether a step without validation runs under
+``torch.cuda.set_sync_debug_mode("error")`` (no host synchronization at all); and each kernel's
+bytes moved as a share of the device's peak. Writes ``OUT_DIR/phases.json`` and prints it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ def median_ms(fn, repeats=20):
     return sorted(times[3:])[repeats // 2]
 
 
+def sync_free(step):
+    """True if ``step()`` makes no device-to-host synchronization, else the error naming the first."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return True
+
+
 def phases(optimizer, batch=65536, dim=128):
     cards = cardinalities(1.0, 26)
     feats = make_batches(cards, batch, 1, 1.05, "cuda")[0]
@@ -60,18 +74,25 @@ def phases(optimizer, batch=65536, dim=128):
             seg["chunk"], seg["nchunks"], seg["chunk_start"], seg["chunk_count"], optimizer=optimizer, lr=1e-9,
             eps=1e-8, beta1=0.9, beta2=0.999, step_size=1e-9)
 
+    def step():
+        (coll(feats) * 1.0).sum().backward()
+
     out = torch.empty(plan.rows.numel(), dim, device="cuda")
-    report = {"optimizer": optimizer, "lookups": plan.rows.numel(), "unique_rows": seg["row"].numel(),
-              "chunks": seg["chunk_start"].numel(), "ms": {
+    unique_rows = int((seg["count"] > 0).sum())  # the segments are sized by the lookups: count those used
+    report = {"optimizer": optimizer, "lookups": plan.rows.numel(), "unique_rows": unique_rows,
+              "chunks": int((seg["chunk_count"] > 0).sum()), "ms": {
                   "plan": median_ms(lambda: coll.plan(feats)),
                   "gather": median_ms(lambda: kernels.gather(weight, plan.rows, out)),
                   "segments": median_ms(lambda: dispatch.segments(plan.rows, coll._padding_rows, coll.chunk_size,
                                                                   weight.shape[0])),
                   "update_kernels": median_ms(update),
-                  "whole_step": median_ms(lambda: (coll(feats) * 1.0).sum().backward())}}
+                  "whole_step": median_ms(step)}}
+    coll.validate_indices = False
+    report["ms"]["whole_step_unvalidated"] = median_ms(step)
+    report["sync_free_step"] = sync_free(step)
     row_bytes = dim * 4 * (1 + {"sgd": 0, "adagrad": 0, "adam": 2}[optimizer])  # weight (+ m, v) per row
     moved = {"gather": 2 * plan.rows.numel() * dim * 4,  # rows read + output written
-             "update_kernels": plan.rows.numel() * dim * 4 + 2 * seg["row"].numel() * row_bytes}
+             "update_kernels": plan.rows.numel() * dim * 4 + 2 * unique_rows * row_bytes}
     report["GB_per_s"] = {k: moved[k] / report["ms"][k] / 1e6 for k in moved}
     return report
 

@@ -130,6 +130,9 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
     profiles)  # where the time goes, stage by stage, with a GPU wait at each boundary (after loader/workflow:
                # they reuse those steps' data)
       run_step prof_embedding "$py" tools/embedding_phases.py "$out/embedding_phases" --optimizer sgd --optimizer adam
+      # the bandwidth goal's figure: the step without its one id-validation sync per batch
+      run_step embedding_novalidate "$py" benchmarks/embedding.py --device cuda --methods fused,sparse+SparseAdam \
+        --no-validate --json "$out/embedding_novalidate.json"
       run_step prof_kernels "$py" tools/gpu_kernel_probe.py "$out/kernel_probe"
       run_step prof_loader "$py" tools/gpu_profile_loader.py "$out/loader_profile" --device cuda \
         --data "$bench_data/loader"

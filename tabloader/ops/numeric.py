@@ -51,16 +51,8 @@ class LogOp(Operator):
         xp = backend.array_lib(values)
         with np.errstate(invalid="ignore", divide="ignore"):
             if values.dtype == np.float32:
-                return _log1p_counts(values) if xp is np else _log1p_float32(values)
+                return _log1p_counts(values) if xp is np else backend.log1p_float32(values)
             return xp.log1p(values, dtype=np.float64)
-
-
-def _log1p_float32(values: Any) -> Any:
-    """float32 ``log(float64(x) + 1)`` (numpy or CuPy)."""
-    y = values.astype(np.float64)
-    y += 1.0
-    backend.array_lib(values).log(y, out=y)
-    return y.astype(np.float32)
 
 
 #: float32 inputs that are integers below this (counts, such as Criteo's continuous columns)
@@ -70,22 +62,22 @@ COUNT_TABLE_SIZE = 1 << 16
 
 @functools.cache
 def _log1p_table() -> np.ndarray:
-    table = _log1p_float32(np.arange(COUNT_TABLE_SIZE, dtype=np.float32))
+    table = backend.log1p_float32(np.arange(COUNT_TABLE_SIZE, dtype=np.float32))
     table.flags.writeable = False
     return table
 
 
 def _log1p_counts(values: np.ndarray) -> np.ndarray:
-    """:func:`_log1p_float32` of a numpy array, by table for the integers ``0 <= x < COUNT_TABLE_SIZE``."""
+    """:func:`~tabloader.backend.log1p_float32` of a numpy array, by table for the integers ``0 <= x < COUNT_TABLE_SIZE``."""
     counts = values.astype(np.int32)  # NaN, inf and large values give some integer: checked below
     is_count = counts.astype(np.float32) == values
     is_count &= counts.view(np.uint32) < COUNT_TABLE_SIZE  # negatives wrap to large
     if len(values) - np.count_nonzero(is_count) > len(values) // 8:  # mostly not counts: compute them all
-        return _log1p_float32(values)
+        return backend.log1p_float32(values)
     others = np.flatnonzero(~is_count)
     counts[others] = 0
     out = _log1p_table().take(counts)
-    out[others] = _log1p_float32(values[others])
+    out[others] = backend.log1p_float32(values[others])
     return out
 
 

@@ -31,7 +31,7 @@ import torch
 from tabloader.backend import is_host
 from tabloader.torch.reference import LookupPlan, adam_step_size, reference_forward, reference_update
 
-__all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "segments"]
+__all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "segments", "max_chunks"]
 
 BACKENDS = ("auto", "triton", "reference")
 TRITON_DEVICE_TYPE = "cuda"  # the torch device type of the GPUs Triton compiles for (NVIDIA and AMD)
@@ -130,40 +130,78 @@ def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, stat
         beta1=betas[0], beta2=betas[1], step_size=step_size)
 
 
+def max_chunks(n_entries: int, chunk_size: int) -> int:
+    """An upper bound, known on the host, of the chunks :func:`segments` cuts ``n_entries`` into.
+
+    A hot segment has ``count > chunk_size`` entries and ``ceil(count / chunk_size) < 2 * count /
+    chunk_size`` chunks, so all of them have fewer than ``2 * n_entries / chunk_size``.
+
+    Example:
+        >>> max_chunks(1000, 128), max_chunks(3, 2)
+        (15, 3)
+    """
+    return 2 * n_entries // chunk_size
+
+
 def segments(rows: torch.Tensor, padding_rows: torch.Tensor | None, chunk_size: int,
              total_rows: int | None = None) -> dict[str, torch.Tensor]:
     """Sort the entries by row and describe the segments (one per touched row) for the kernel.
 
     Returns ``perm`` (entry order), per segment ``row``, ``start``, ``count``, ``nchunks`` (0
     for a light row, ``ceil(count / chunk_size)`` for a hot one) and ``chunk`` (its first
-    chunk), and per chunk ``chunk_start``/``chunk_count`` (positions into ``perm``).
-    Segments of padding rows are dropped. The sort is stable, so each row's lookups are
-    summed in batch order. Three device synchronizations (the numbers of segments, of kept
-    segments and of chunks). Keys are sorted as int32 when ``total_rows < INT32_ROWS``.
+    chunk), and per chunk ``chunk_start``/``chunk_count`` (positions into ``perm``). The sort is
+    stable, so each row's lookups are summed in batch order. Keys are sorted as int32 when
+    ``total_rows < INT32_ROWS``.
+
+    Nothing is read back from the device (a host synchronization per step costs more than the
+    kernels): the arrays are sized by bounds known on the host -- one segment per entry,
+    :func:`max_chunks` chunks -- and the kernels skip what is past the end: segments after the
+    last touched row, and the segments of padding rows, have ``count`` 0; chunks after the last
+    have ``chunk_count`` 0.
 
     Example:
         >>> seg = segments(torch.tensor([5, 2, 5, 5, 0]), torch.tensor([0]), chunk_size=2)
-        >>> seg["row"].tolist(), seg["count"].tolist(), seg["nchunks"].tolist(), seg["chunk_count"].tolist()
-        ([2, 5], [1, 3], [0, 2], [2, 1])
+        >>> seg["row"][:3].tolist(), seg["count"].tolist(), seg["nchunks"].tolist(), seg["chunk_count"].tolist()
+        ([0, 2, 5], [0, 1, 3, 0, 0], [0, 0, 2, 0, 0], [2, 1, 0, 0, 0])
     """
+    n, device = rows.numel(), rows.device
     keys = rows.to(torch.int32) if total_rows is not None and total_rows < INT32_ROWS else rows
     sorted_rows, perm = torch.sort(keys, stable=True)
-    row, count = torch.unique_consecutive(sorted_rows, return_counts=True)
-    start = torch.cumsum(count, 0) - count
+    first = torch.ones(n, dtype=torch.bool, device=device)
+    torch.ne(sorted_rows[1:], sorted_rows[:-1], out=first[1:])
+    segment_of = torch.cumsum(first, 0) - 1  # of each sorted entry: non-decreasing
+    # segment s covers the sorted entries [bounds[s], bounds[s + 1]); bounds[s] = n past the last
+    bounds = torch.searchsorted(segment_of, torch.arange(n + 1, device=device))
+    start, count = bounds[:-1], bounds.diff()
+    row = sorted_rows.index_select(0, start.clamp(max=max(n - 1, 0)))
     if padding_rows is not None and padding_rows.numel():
-        keep = torch.nonzero(~torch.isin(row, padding_rows.to(row.dtype))).squeeze(1)
-        if keep.numel() != row.numel():
-            row, count, start = row.index_select(0, keep), count.index_select(0, keep), start.index_select(0, keep)
-    nchunks = torch.where(count > chunk_size, (count + chunk_size - 1) // chunk_size, torch.zeros_like(count))
-    chunk = torch.cumsum(nchunks, 0) - nchunks
-    n_chunks = int(nchunks.sum()) if nchunks.numel() else 0
-    if n_chunks:
-        owner = torch.repeat_interleave(torch.arange(row.numel(), device=rows.device), nchunks, output_size=n_chunks)
-        local = torch.arange(n_chunks, device=rows.device) - chunk.index_select(0, owner)
-        chunk_start = start.index_select(0, owner) + local * chunk_size
-        chunk_count = torch.clamp(start.index_select(0, owner) + count.index_select(0, owner) - chunk_start,
-                                  max=chunk_size)
-    else:
-        chunk_start = chunk_count = torch.zeros(0, dtype=torch.int64, device=rows.device)
+        count = torch.where(_is_padding(row, padding_rows), 0, count)
+    nchunks = torch.where(count > chunk_size, (count + chunk_size - 1) // chunk_size, 0)
+    chunk_end = torch.cumsum(nchunks, 0)
+    chunk = chunk_end - nchunks
+    chunk_start, chunk_count = _chunks(start, count, chunk, chunk_end, max_chunks(n, chunk_size), chunk_size)
     return {"perm": perm, "row": row, "start": start, "count": count, "nchunks": nchunks, "chunk": chunk,
             "chunk_start": chunk_start, "chunk_count": chunk_count}
+
+
+def _is_padding(row: torch.Tensor, padding_rows: torch.Tensor) -> torch.Tensor:
+    """Which of ``row`` are padding rows, by a binary search (``torch.isin`` may read sizes back)."""
+    pads = torch.sort(padding_rows.to(row.dtype)).values
+    at = torch.searchsorted(pads, row).clamp_(max=pads.numel() - 1)
+    return pads.index_select(0, at) == row
+
+
+def _chunks(start: torch.Tensor, count: torch.Tensor, chunk: torch.Tensor, chunk_end: torch.Tensor,
+            n_chunks: int, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``chunk_start``/``chunk_count`` of ``n_chunks`` chunks (a bound): chunk ``c`` belongs to the
+    first segment whose chunks end after it; the chunks past the last have count 0."""
+    if n_chunks == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=start.device)
+        return empty, empty
+    c = torch.arange(n_chunks, device=start.device)
+    owner = torch.searchsorted(chunk_end, c, right=True).clamp_(max=start.numel() - 1)
+    chunk_start = start.index_select(0, owner) + (c - chunk.index_select(0, owner)) * chunk_size
+    chunk_count = torch.clamp(start.index_select(0, owner) + count.index_select(0, owner) - chunk_start,
+                              max=chunk_size)
+    used = c < chunk_end[-1]
+    return torch.where(used, chunk_start, 0), torch.where(used, chunk_count, 0)

@@ -17,7 +17,9 @@ Kernels:
   entries of every bag are contiguous): ``out[bag] = sum_j scale[j] * W[rows[j]]``.
 * :func:`fused_backward_update` -- the backward pass and the optimizer step in one:
 
-  1. (torch) sort the entries by row (stable), find the segments of equal rows;
+  1. (torch) sort the entries by row (stable), find the segments of equal rows -- sized by
+     bounds known on the host (one segment per entry), so that no size is read back from the
+     device: the kernels skip the segments without entries;
   2. (kernel 1, only for *hot* rows with more than ``chunk_size`` entries) split each hot
      segment into fixed-size chunks of ``chunk_size`` entries and write the sum of each chunk
      to a small ``partial[n_chunks, D]`` buffer, all chunks in parallel;
@@ -177,47 +179,50 @@ def _update_kernel(W, state1, state2, grad, perm, bag, scale,
                    OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
     s = tl.program_id(0).to(tl.int64)
-    row = tl.load(seg_row + s).to(tl.int64)
-    nch = tl.load(seg_nchunks + s)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    if nch == 0:
-        start = tl.load(seg_start + s)
-        count = tl.load(seg_count + s)
-        acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
-                           HAS_BAG, HAS_SCALE, BLOCK_E)
-    else:
-        c0 = tl.load(seg_chunk + s)
-        for c in range(0, nch, BLOCK_C):
-            k = c + tl.arange(0, BLOCK_C)
-            mc = k < nch
-            p = tl.load(partial + (c0 + k).to(tl.int64)[:, None] * D + offs_d[None, :],
-                        mask=mc[:, None] & mask_d[None, :], other=0.0)
-            acc += tl.sum(p, axis=0)
-    w_ptr = W + row * stride_w + offs_d
-    w = tl.load(w_ptr, mask=mask_d, other=0.0)
-    if OPT == 0:  # SGD
-        w = w - lr * acc
-    elif OPT == 1:  # row-wise Adagrad: one accumulator per row
-        st = tl.load(state1 + row) + tl.sum(acc * acc, axis=0) / D
-        # One thread stores the scalar, but every thread that updates elements of the row reads it:
-        # all of them must have read the old value before it is overwritten, or a late warp adds
-        # this step's mean(g**2) twice and moves its elements by 1/sqrt(2) of the step (seen on an H100).
-        tl.debug_barrier()
-        tl.store(state1 + row, st)
-        w = w - lr * acc / (tl.sqrt(st) + eps)
-    else:  # lazy Adam (SparseAdam semantics, global step folded into step_size)
-        m_ptr = state1 + row * D + offs_d
-        v_ptr = state2 + row * D + offs_d
-        m = tl.load(m_ptr, mask=mask_d, other=0.0)
-        v = tl.load(v_ptr, mask=mask_d, other=0.0)
-        m = m + (acc - m) * (1.0 - beta1)
-        v = v + (acc * acc - v) * (1.0 - beta2)
-        tl.store(m_ptr, m, mask=mask_d)
-        tl.store(v_ptr, v, mask=mask_d)
-        w = w - step_size * (m / (tl.sqrt(v) + eps))
-    tl.store(w_ptr, w, mask=mask_d)
+    count = tl.load(seg_count + s)
+    # the segments are sized by a bound known on the host: those past the last touched row, and
+    # those of padding rows, have no entries and leave their row (and its state) alone
+    if count > 0:
+        row = tl.load(seg_row + s).to(tl.int64)
+        nch = tl.load(seg_nchunks + s)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_d = offs_d < D
+        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+        if nch == 0:
+            start = tl.load(seg_start + s)
+            acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
+                               HAS_BAG, HAS_SCALE, BLOCK_E)
+        else:
+            c0 = tl.load(seg_chunk + s)
+            for c in range(0, nch, BLOCK_C):
+                k = c + tl.arange(0, BLOCK_C)
+                mc = k < nch
+                p = tl.load(partial + (c0 + k).to(tl.int64)[:, None] * D + offs_d[None, :],
+                            mask=mc[:, None] & mask_d[None, :], other=0.0)
+                acc += tl.sum(p, axis=0)
+        w_ptr = W + row * stride_w + offs_d
+        w = tl.load(w_ptr, mask=mask_d, other=0.0)
+        if OPT == 0:  # SGD
+            w = w - lr * acc
+        elif OPT == 1:  # row-wise Adagrad: one accumulator per row
+            st = tl.load(state1 + row) + tl.sum(acc * acc, axis=0) / D
+            # One thread stores the scalar, but every thread that updates elements of the row reads it:
+            # all of them must have read the old value before it is overwritten, or a late warp adds
+            # this step's mean(g**2) twice and moves its elements by 1/sqrt(2) of the step (seen on an H100).
+            tl.debug_barrier()
+            tl.store(state1 + row, st)
+            w = w - lr * acc / (tl.sqrt(st) + eps)
+        else:  # lazy Adam (SparseAdam semantics, global step folded into step_size)
+            m_ptr = state1 + row * D + offs_d
+            v_ptr = state2 + row * D + offs_d
+            m = tl.load(m_ptr, mask=mask_d, other=0.0)
+            v = tl.load(v_ptr, mask=mask_d, other=0.0)
+            m = m + (acc - m) * (1.0 - beta1)
+            v = v + (acc * acc - v) * (1.0 - beta2)
+            tl.store(m_ptr, m, mask=mask_d)
+            tl.store(v_ptr, v, mask=mask_d)
+            w = w - step_size * (m / (tl.sqrt(v) + eps))
+        tl.store(w_ptr, w, mask=mask_d)
 
 
 def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
@@ -233,6 +238,8 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
     the entries by row; segment ``s`` covers ``perm[seg_start[s]:seg_start[s]+seg_count[s]]``
     and updates row ``seg_row[s]``; a hot segment (``seg_nchunks[s] > 0``) owns the chunks
     ``seg_chunk[s] .. seg_chunk[s]+seg_nchunks[s]-1`` described by ``chunk_start/chunk_count``.
+    Segments with ``seg_count[s] == 0`` are skipped, so the launches may cover an upper bound of
+    the segments and chunks (:func:`tabloader.torch.dispatch.segments`: no size is read back).
     """
     n_seg = seg_row.numel()
     if n_seg == 0:

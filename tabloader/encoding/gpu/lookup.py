@@ -68,8 +68,8 @@ class ValueLookup:
             combined = self._combine([self._find(level, col) for level, col in zip(self.levels, cols)])
             pos = cp.where(combined >= 0, self.combined.find(combined), -1)
         for c in cols:
-            if c.mask is not None:
-                pos[c.mask] = -1
+            if c.mask is not None:  # where, not pos[mask] = -1: a boolean-mask assignment reads its count back
+                pos = cp.where(c.mask, -1, pos)
         return pos
 
 
@@ -162,5 +162,5 @@ def assign_ids(pos: Any, mask: Any, num_buckets: int, hasher: Any, dtype: Any) -
         if len(rows):
             ids[rows] = (hasher(rows) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
     if mask is not None:
-        ids[mask] = NULL_ID
+        ids = cp.where(mask, NULL_ID, ids)  # see ValueLookup.positions: no read back
     return ids if ids.dtype == np.dtype(dtype) else ids.astype(dtype)
