@@ -80,18 +80,16 @@ class StageClock:
                 setattr(owner, attribute, original)
 
 
-def profile(data: str, out: str, freq_threshold: int) -> tuple[dict[str, float], dict[str, float]]:
-    """CPU seconds per stage of fitting and of transforming + writing (one thread each)."""
-    import dask
+def watch_stages(clock: StageClock, device: str) -> None:
+    """Time the Criteo workflow's stages with ``clock`` (until ``clock.unwrap_all()``): the
+    parquet read, each operator's fit and transform, the merge of partial statistics and the
+    write (cuDF's writer on ``cuda``)."""
     import pyarrow.parquet as pq
-    from workflow import LABEL, column_roles  # benchmarks/workflow.py
 
-    import tabloader as tl
-    from tabloader import ops
+    from tabloader import backend, ops
     from tabloader.dataset import parquet, writing
     from tabloader.workflow import _MergeStats
 
-    clock = StageClock()
     clock.wrap(parquet.ParquetSource, "read_frame", "parquet read")
     for op in (ops.Categorify, ops.FillMissing, ops.Clip, ops.LogOp, ops.Normalize):
         clock.wrap(op, "transform", lambda self: f"{type(self).__name__}.transform")
@@ -99,8 +97,23 @@ def profile(data: str, out: str, freq_threshold: int) -> tuple[dict[str, float],
             clock.wrap(op, "fit_partial", lambda self: f"{type(self).__name__}.fit_partial")
             clock.wrap(op, "finalize", lambda self: f"{type(self).__name__}.finalize")
     clock.wrap(_MergeStats, "__call__", "merge partial statistics")
-    clock.wrap(writing, "arrow_table", "frame -> arrow table")
-    clock.wrap(pq.ParquetWriter, "write_table", "parquet write")
+    if device == "cuda":
+        clock.wrap(backend.cudf().io.parquet.ParquetWriter, "write_table", "parquet write (cuDF)")
+    else:
+        clock.wrap(writing, "arrow_table", "frame -> arrow table")
+        clock.wrap(pq.ParquetWriter, "write_table", "parquet write")
+
+
+def profile(data: str, out: str, freq_threshold: int) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU seconds per stage of fitting and of transforming + writing (one thread each)."""
+    import dask
+    from workflow import LABEL, column_roles  # benchmarks/workflow.py
+
+    import tabloader as tl
+    from tabloader import ops
+
+    clock = StageClock()
+    watch_stages(clock, "cpu")
 
     cats, conts = column_roles(data)
     graph = cats >> ops.Categorify(freq_threshold=freq_threshold)

@@ -37,7 +37,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(_ROOT, "benchmarks"), _ROOT]  # _common, workflow(_profile) and this checkout
 
 from _common import DEFAULT_RAW_CRITEO, print_table, raw_criteo  # noqa: E402
-from workflow_profile import StageClock  # noqa: E402
+from workflow_profile import StageClock, watch_stages  # noqa: E402
 
 OTHER = "other (plan, frames, scheduling)"
 
@@ -55,28 +55,6 @@ def synchronous_tasks() -> Iterator[None]:
         yield
     finally:
         dask.threaded.get = threaded
-
-
-def watch_stages(clock: StageClock, device: str) -> None:
-    """Time the workflow's stages with ``clock`` (until ``clock.unwrap_all()``)."""
-    import pyarrow.parquet as pq
-
-    from tabloader import backend, ops
-    from tabloader.dataset import parquet, writing
-    from tabloader.workflow import _MergeStats
-
-    clock.wrap(parquet.ParquetSource, "read_frame", "parquet read")
-    for op in (ops.Categorify, ops.FillMissing, ops.Clip, ops.LogOp, ops.Normalize):
-        clock.wrap(op, "transform", lambda self: f"{type(self).__name__}.transform")
-        if hasattr(op, "fit_partial"):
-            clock.wrap(op, "fit_partial", lambda self: f"{type(self).__name__}.fit_partial")
-            clock.wrap(op, "finalize", lambda self: f"{type(self).__name__}.finalize")
-    clock.wrap(_MergeStats, "__call__", "merge partial statistics")
-    if device == "cuda":
-        clock.wrap(backend.cudf().io.parquet.ParquetWriter, "write_table", "parquet write (cuDF)")
-    else:
-        clock.wrap(writing, "arrow_table", "frame -> arrow table")
-        clock.wrap(pq.ParquetWriter, "write_table", "parquet write")
 
 
 def run(data: str, out: str, device: str, freq_threshold: int, part_size: str | None,
