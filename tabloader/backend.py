@@ -772,6 +772,16 @@ def integer_dtype(series: Any, name: str) -> Any:
     dtype = series.dtype
     if is_gpu_object(series) or (isinstance(dtype, np.dtype) and dtype.kind in "iub"):
         return name
+    return nullable_integer_name(name)
+
+
+def nullable_integer_name(name: str) -> str:
+    """pandas' nullable dtype name of numpy integer type ``name``.
+
+    Example:
+        >>> nullable_integer_name("uint8"), nullable_integer_name("int64")
+        ('UInt8', 'Int64')
+    """
     return "UInt" + name[4:] if name.startswith("uint") else "Int" + name[3:]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, Operator, flatten_columns
@@ -116,8 +115,7 @@ class JoinExternal(CachedLookups, Operator):
         cache = self.__dict__.setdefault("_lookup", {})
         if device not in cache:
             table = backend.to_frame_device(self._require_table(), device)
-            ints = {c: pd.api.types.pandas_dtype(("UInt" + d.name[4:]) if d.kind == "u" else ("Int" + d.name[3:]))
-                    for c, d in table.dtypes.items()
+            ints = {c: backend.nullable_integer_name(d.name) for c, d in table.dtypes.items()
                     if c not in self.on_ext and isinstance(d, np.dtype) and d.kind in "iu"}  # keys as they are
             cache[device] = table.astype(ints) if ints else table
         return cache[device]
