@@ -110,3 +110,17 @@ def test_rows_reach_a_row_major_buffer(cuda):
     expected = np.arange(15).reshape(5, 3)
     expected[[0, 4]] = 0
     assert np.asarray(destination).tolist() == expected.tolist()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", [1, 3])
+@pytest.mark.parametrize("rows", [1, 7])
+def test_rows_reach_a_cupy_chunk_buffer(columns, rows):
+    """The same copies into a real CuPy chunk buffer from real pinned staging."""
+    cp = backend.cupy()
+    destination = cp.zeros((columns, rows), dtype=np.float32).T
+    staging = backend.host_staging(destination)
+    values = np.arange(1, rows * columns + 1, dtype=np.float32).reshape(rows, columns)
+    staging[:] = values
+    backend.copy_rows({"float32": destination}, {"float32": staging}, [(0, rows)])
+    assert cp.asnumpy(destination).tolist() == values.tolist()
