@@ -42,7 +42,8 @@ def by_hand(keys, queries, nulls):
     return [-1 if null else rows.get(query, -1) for query, null in zip(queries, nulls)]
 
 
-def test_pairs_of_columns_are_looked_up_without_reads(cupy, no_mask_assignment):
+@pytest.mark.usefixtures("cupy")
+def test_pairs_of_columns_are_looked_up_without_reads(no_mask_assignment):
     from tabloader.encoding.gpu.lookup import ValueLookup
 
     keys = [(1, 10), (2, 20), (3, 30)]
@@ -53,7 +54,8 @@ def test_pairs_of_columns_are_looked_up_without_reads(cupy, no_mask_assignment):
     assert host(pos).tolist() == by_hand(keys, list(zip(a, b)), nulls) == [0, -1, 2, -1, -1]
 
 
-def test_numbers_the_keys_cannot_hold_are_unseen_without_reads(cupy, no_mask_assignment):
+@pytest.mark.usefixtures("cupy")
+def test_numbers_the_keys_cannot_hold_are_unseen_without_reads(no_mask_assignment):
     from tabloader.encoding.gpu.lookup import ValueLookup
 
     lookup = ValueLookup([pd.Series([5, 7, -3])], "Test", "a")
