@@ -1,4 +1,4 @@
-"""The GPU transforms of the hashing, grouping and lag operators read nothing back from the device.
+"""The GPU transforms of the hashing, grouping, lag and list operators read nothing back from the device.
 
 On CuPy, a boolean-mask assignment (``ids[mask] = 0``) or selection (``x[mask]``), and
 ``flatnonzero``, read a count back from the device: a wait per column and partition. Here the
@@ -6,8 +6,9 @@ operators' GPU paths run on the numpy-backed CuPy stand-in of ``tests/test_loade
 which refuses those reads (boolean-mask assignment refused as well, see
 ``tests/test_gpu_lookup_reads.py``). Fitting runs on pandas; for the transform, the operators get
 the GPU encoding module, and the test stands in for cuDF where the operators meet it: a column's
-conversion to device arrays (what ``tabloader.encoding.gpu.normalize_column`` or
-``backend.column_values`` make of a cuDF column, built here from the pandas one) and the output
+conversion to device arrays (what ``tabloader.encoding.gpu.normalize_column``,
+``backend.column_values`` or ``backend.list_layout`` make of a cuDF column, built here from the
+pandas one) and the output
 frame (``backend.frame_from_columns`` returns the columns themselves, to be checked as device
 arrays). The values are compared with the encoding computed by hand
 (``tests/encoding_reference.py``) or with pandas.
@@ -15,10 +16,12 @@ arrays). The values are compared with the encoding computed by hand
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from tabloader import backend, ops
@@ -156,3 +159,22 @@ def test_difference_lag_without_reads(on_device, dtype):
     assert diff.dtype == np.dtype(dtype)
     expected = frame["x"].where(frame["user"] == frame["user"].shift(1)) - frame["x"].shift(1)  # pandas, by hand
     np.testing.assert_array_equal(diff, expected.where(frame["user"] == frame["user"].shift(1)).to_numpy(dtype))
+
+
+@pytest.mark.parametrize("start, end", [(-2, None), (1, 3)])
+def test_padded_list_slice_without_reads(on_device, monkeypatch, start, end):
+    lists = [[1, 2, 3], [4], None, [], [5, 6, 7, 8]]
+    frame = pd.DataFrame({"l": pd.arrays.ArrowExtensionArray(pa.array(lists, pa.list_(pa.int64())))})
+    host_layout = backend.list_layout
+    on_device()
+
+    def device_layout(series):  # the offsets, validity and lengths on the device, as cuDF's layout has them
+        layout = host_layout(series)
+        return dataclasses.replace(layout, offsets=_device(layout.offsets), valid=_device(layout.valid),
+                                   lengths=_device(layout.lengths))
+
+    monkeypatch.setattr(backend, "list_layout", device_layout)
+    out = ops.ListSlice(start, end, pad=True, pad_value=-1).transform(["l"], frame)
+    width = 2
+    expected = [(lst or [])[start:end] + [-1] * (width - len((lst or [])[start:end])) for lst in lists]  # by hand
+    assert out["l"].tolist() == expected
