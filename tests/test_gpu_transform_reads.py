@@ -8,9 +8,8 @@ which refuses those reads (boolean-mask assignment refused as well, see
 the GPU encoding module, and the test stands in for cuDF where the operators meet it: a column's
 conversion to device arrays (what ``tabloader.encoding.gpu.normalize_column``,
 ``backend.column_values`` or ``backend.list_layout`` make of a cuDF column, built here from the
-pandas one) and the output
-frame (``backend.frame_from_columns`` returns the columns themselves, to be checked as device
-arrays). The values are compared with the encoding computed by hand
+pandas one) and the output frame (``backend.frame_from_columns`` returns the columns themselves,
+to be checked as device arrays). The values are compared with the encoding computed by hand
 (``tests/encoding_reference.py``) or with pandas.
 """
 
