@@ -184,3 +184,34 @@ def test_criteo_partitions_are_fit_with_a_few_reads_whatever_the_number_of_colum
         logged = np.log(x.astype(np.float64) + 1.0).astype(np.float32).astype(np.float64)
         assert normalize.means_[col] == pytest.approx(logged.mean(), rel=1e-9), col
         assert normalize.stds_[col] == pytest.approx(logged.std(), rel=1e-9), col
+
+
+#: DataStats' fit of a partition: every column's numbers (nulls, moments, extremes) once, every
+#: column's value counts once.
+MAX_DATA_STATS_READS = 2
+
+
+@pytest.mark.parametrize("width", [2, 13])
+def test_data_stats_fit_a_criteo_partition_with_two_reads_whatever_the_number_of_columns(criteo, width, monkeypatch):
+    columns = [f"I{i}" for i in range(1, width + 1)] + [f"C{i}" for i in range(1, 2 * width + 1)]
+    files = sorted(glob.glob(os.path.join(criteo, "*.parquet")))
+    op = ops.DataStats()
+    with counted_reads(monkeypatch) as reads:
+        partials = []
+        for path in files:
+            partials.append(op.fit_partial(columns, backend.read_parquet(path, columns=columns, device="cuda")))
+            assert len(reads) <= MAX_DATA_STATS_READS, reads
+            reads.clear()
+        merged = op.merge(*partials)
+        assert len(reads) <= 1, reads
+    op.finalize(columns, merged)
+
+    frame = pd.concat([pd.read_parquet(f, columns=columns) for f in files], ignore_index=True)
+    for col in columns:
+        values = frame[col].astype("float64")
+        stats, valid = op.stats_[col], values.dropna()
+        assert (stats["rows"], stats["nulls"]) == (len(values), int(values.isna().sum())), col
+        assert (stats["min"], stats["max"]) == (valid.min(), valid.max()), col
+        assert stats["mean"] == pytest.approx(valid.mean(), rel=1e-9), col
+        assert stats["std"] == pytest.approx(valid.std(ddof=1), rel=1e-9), col
+        assert stats["cardinality"] == (None if col.startswith("I") else valid.nunique()), col
