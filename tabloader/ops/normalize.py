@@ -24,7 +24,7 @@ from tabloader.schema import Tags
 def float_values(series: Any) -> Any:
     """The values of a numeric column (of its elements, for a list column) as a float64
     numpy/CuPy array, nulls as NaN."""
-    return backend.column_values(list_elements("finite_values", series.name, series), "float64")
+    return backend.column_values(list_elements("float_values", series.name, series), "float64")
 
 
 def _check_out_dtype(op: Any) -> np.dtype:

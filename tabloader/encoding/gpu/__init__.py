@@ -18,6 +18,7 @@ from tabloader.encoding.gpu.lookup import ValueLookup, assign_ids
 __all__ = [
     "NormalizedColumn", "normalize_column", "normalize_elements", "null_mask", "map_column", "as_pandas",
     "keys_to_pandas", "common_int_dtype", "exact_ints",
-    "count_values", "count_values_each", "merge_counts", "merge_counts_each", "vocabulary", "group_rows", "union_keys", "sum_int",
+    "count_values", "count_values_each", "merge_counts", "merge_counts_each", "vocabulary", "group_rows", "union_keys",
+    "sum_int",
     "hash_values", "cross_hash", "ValueLookup", "assign_ids", "hash_strings", "MERGE_ON",
 ]

@@ -191,8 +191,8 @@ def _cut(partial: dict[str, Any], size: int, nulls: int) -> dict[str, Any]:
     out["nulls"] = nulls
     if size == 0:
         out["keys"], out["counts"] = None, partial["counts"][:0]
-    elif size > 0:
-        out["keys"], out["counts"] = [k[:size] for k in partial["keys"]], partial["counts"][:size]
+    elif size > 0:  # copies, so that the padding's memory is freed (a low-cardinality column's is most of it)
+        out["keys"], out["counts"] = [k[:size].copy() for k in partial["keys"]], partial["counts"][:size].copy()
     return out
 
 
