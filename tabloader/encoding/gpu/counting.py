@@ -31,7 +31,8 @@ from tabloader.encoding.cpu.columns import common_int_dtype, null_mask
 from tabloader.encoding.cpu.counting import check_kinds_merge
 from tabloader.encoding.gpu.columns import NormalizedColumn
 
-__all__ = ["count_values", "count_values_each", "merge_counts", "merge_counts_each", "vocabulary", "group_rows", "union_keys", "sum_int", "MERGE_ON"]
+__all__ = ["count_values", "count_values_each", "merge_counts", "merge_counts_each", "vocabulary", "group_rows",
+           "union_keys", "sum_int", "MERGE_ON"]
 
 MERGE_ON = os.environ.get("TABLOADER_GPU_MERGE", "device")
 if MERGE_ON not in ("device", "host"):
@@ -118,13 +119,31 @@ def _count(cols: Sequence[NormalizedColumn], mask: Any) -> dict[str, Any]:
     if len(cols) == 1 and kinds[0] in ("int", "float"):
         keys, counts, size = _count_numbers(cols[0].values, mask, nulls)
         return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds, "size": size}
+    if len(cols) == 1 and kinds[0] == "str" and (mask is None or mask is cols[0].mask):
+        return {**_count_strings(cols[0].values), "nulls": nulls, "kinds": kinds}  # its own nulls: no filter
     if mask is not None:
         cols = [c.filter(~mask) for c in cols]
     if not len(cols[0]):
         return {"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds}
     codes, first = factorize_rows([c.values for c in cols])
-    return {"keys": [c.take(first).values for c in cols],
-            "counts": cp.bincount(codes, minlength=len(first)).astype(cp.int64), "nulls": nulls, "kinds": kinds}
+    return {"keys": [c.take(first).values for c in cols], "counts": _code_counts(codes, len(first)), "nulls": nulls,
+            "kinds": kinds}
+
+
+def _count_strings(values: Any) -> dict[str, Any]:
+    """The distinct strings of a cuDF string Series (nulls left out) and their counts."""
+    codes, distinct = values.factorize()  # a null's code is -1
+    if not len(distinct):
+        return {"keys": None, "counts": backend.cupy().zeros(0, dtype=np.int64)}
+    counts = _code_counts(backend.cupy().where(codes < 0, len(distinct), codes), len(distinct) + 1)[:-1]
+    return {"keys": [distinct.to_series().reset_index(drop=True)], "counts": counts}
+
+
+def _code_counts(codes: Any, n: int) -> Any:
+    """How many times each code ``0..n-1`` occurs, as int64 (``cupy.bincount`` reads the
+    largest code back, and whether any is negative)."""
+    cp = backend.cupy()
+    return sum_int(codes, cp.ones(len(codes), dtype=cp.int64), n)
 
 
 def _count_numbers(values: Any, mask: Any, nulls: Any) -> tuple[Any, Any, Any]:
