@@ -37,7 +37,8 @@ def on_device(kind: str, values: list) -> gpu.NormalizedColumn:
     dtype = {"int": np.int64, "uint": np.uint64, "float": np.float64}[kind]
     mask = np.array([v is None for v in values], dtype=bool)
     numbers = np.array([0 if v is None else v for v in values], dtype=dtype)
-    return gpu.NormalizedColumn("int" if kind == "uint" else kind, _device(numbers), _device(mask) if mask.any() else None)
+    kind = "int" if kind == "uint" else kind
+    return gpu.NormalizedColumn(kind, _device(numbers), _device(mask) if mask.any() else None)
 
 
 def by_hand(values: list) -> tuple[list, int]:
