@@ -295,7 +295,7 @@ def host_floats(scalars: list) -> list[float]:
     if not any(backend.is_gpu_object(s) for s in scalars):
         return [float(s) for s in scalars]
     cp = backend.cupy()
-    return cp.asnumpy(cp.stack([cp.asarray(s, dtype=np.float64) for s in scalars])).tolist()
+    return cp.stack([cp.asarray(s, dtype=np.float64) for s in scalars]).get().tolist()
 
 
 # Where operators run.

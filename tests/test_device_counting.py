@@ -4,7 +4,7 @@ once for all the columns of a call, never per column (issue 14), and count what 
 There is no GPU here: the GPU implementation (:mod:`tabloader.encoding.gpu`) runs on the
 numpy-backed stand-in for CuPy of ``tests/test_loader_host_reads.py``, whose arrays refuse every
 read into Python (``int(x)``, boolean masks, ``nonzero``, ``unique``...) except the counted
-``cupy.asnumpy``. ``tests/test_gpu_workflow_sync.py`` checks the real thing on a GPU.
+``cupy.asnumpy`` and ``ndarray.get``. ``tests/test_gpu_workflow_sync.py`` checks the real thing on a GPU.
 """
 
 from __future__ import annotations
@@ -19,16 +19,23 @@ from hypothesis import given, settings, strategies as st
 from tabloader import backend
 from tabloader.encoding import gpu
 
-from test_loader_host_reads import StandInCupy, _device
+from test_loader_host_reads import DeviceArray, StandInCupy, _device
 
 OP = "Test"
 
 
-@pytest.fixture
-def cupy(monkeypatch):
+def stand_in(monkeypatch) -> StandInCupy:
+    """The stand-in as ``backend.cupy()``; ``ndarray.get()`` (what ``backend.host_floats`` reads
+    with) counted as the stand-in's ``asnumpy`` is."""
     standin = StandInCupy()
     monkeypatch.setattr(backend, "cupy", lambda: standin)
+    monkeypatch.setattr(DeviceArray, "get", lambda self: standin.asnumpy(self), raising=False)
     return standin
+
+
+@pytest.fixture
+def cupy(monkeypatch):
+    return stand_in(monkeypatch)
 
 
 def on_device(kind: str, values: list) -> gpu.NormalizedColumn:
@@ -73,9 +80,8 @@ def columns(draw):
 @settings(max_examples=200, deadline=None)
 @given(cols=st.lists(columns(), min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
 def test_numbers_are_counted_and_merged_with_one_read_per_call(cols, seed):
-    standin = StandInCupy()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(backend, "cupy", lambda: standin)
+        standin = stand_in(patch)
         normalized = [on_device(kind, values) for kind, values in cols]
         partials = gpu.count_values_each([([c], c.mask) for c in normalized])
         assert standin.reads <= 1
