@@ -104,7 +104,8 @@ def count_values_each(jobs: Sequence[tuple[Sequence[NormalizedColumn], Any]]) ->
     device: read one by one (as ``cupy.unique`` and a boolean filter do), every column of a
     partition would stall the host. The numbers are counted with their sizes kept on the device
     (:func:`_count_numbers`) and every job's sizes are read back together (:func:`_settled`).
-    Strings and combinations are grouped by cuDF / ``cupy.unique``, which read their sizes themselves.
+    Strings are grouped by cuDF's ``factorize`` (libcudf sizes its results itself) and
+    combinations by ``cupy.unique`` per column, which reads each size back.
     """
     return _settled([_count(cols, mask) for cols, mask in jobs])
 
@@ -234,7 +235,7 @@ def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> di
 
 def merge_counts_each(jobs: Sequence[tuple[dict[str, Any], dict[str, Any], Any]], op: Any) -> list[dict[str, Any]]:
     """:func:`merge_counts` of each ``(a, b, what)`` job, waiting for the device once for all
-    (numbers; strings and combinations are grouped by cuDF / ``cupy.unique``, see :func:`count_values_each`)."""
+    (numbers; strings and combinations are grouped again as :func:`count_values_each` says)."""
     return _settled([_merge(a, b, op, what) for a, b, what in jobs])
 
 
