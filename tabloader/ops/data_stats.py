@@ -47,10 +47,12 @@ class DataStats(StatOperator):
             values = list_elements(self, col, frame[col])
             stats[col] = {"dtype": _dtype_name(schema[col]), "rows": int(len(values)), "moments": None,
                           "extremes": None, "counts": None}
-            numbers[col] = [backend.column_values(values.isna()).sum()]
             if is_numeric_dtype(values.dtype) and not is_bool_dtype(values.dtype):
-                x = float_values(values)
-                numbers[col] += [*backend.finite_moments(x), *backend.finite_extremes(x)]
+                x = float_values(values)  # nulls and NaN as NaN (cuDF's isna of a float column counts its NaN first)
+                numbers[col] = [backend.array_lib(x).isnan(x).sum(), *backend.finite_moments(x),
+                                *backend.finite_extremes(x)]
+            else:
+                numbers[col] = [backend.column_values(values.isna()).sum()]
             if not is_float_dtype(values.dtype):  # integers, booleans, strings: distinct values are counted
                 normalized = enc.normalize_column(self, col, values)
                 jobs[col] = ([normalized], normalized.mask)
