@@ -179,7 +179,7 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
         parts: dict[str, list] = {}
         for key, partial in zip(keys, enc.count_values_each(jobs)):
             parts.setdefault(key, []).append(partial)
-        stats.update(self._merge_parts(enc, parts))  # a joint group's columns share one vocabulary
+        stats.update(self._merge_parts(parts))  # a joint group's columns share one vocabulary
         return {"counts": stats, "list_columns": list_columns}
 
     def _normalize_scalar(self, enc: Any, name: str, series: Any) -> Any:
@@ -197,15 +197,16 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
                 counts[key] = a if b is None else b
             else:
                 parts[key] = [a, b]
-        if parts:  # where the partials are (the device, or the host: see MERGE_ON)
-            counts.update(self._merge_parts(backend.encoding_for(next(iter(parts.values()))[0]["counts"]), parts))
+        counts.update(self._merge_parts(parts))
         return {"counts": counts, "list_columns": sorted(set(left["list_columns"]) | set(right["list_columns"]))}
 
-    def _merge_parts(self, enc: Any, parts: dict[str, list]) -> dict[str, Any]:
-        """Each key's list of partial counts merged into one; the merges of all keys go together
-        (on a GPU, one wait for the device per round of merges rather than per key)."""
+    def _merge_parts(self, parts: dict[str, list]) -> dict[str, Any]:
+        """Each key's list of partial counts merged into one, where the partials are (the device,
+        or the host: see ``TABLOADER_GPU_MERGE``); the merges of all keys go together (on a GPU,
+        one wait for the device per round of merges rather than per key)."""
         while any(len(p) > 1 for p in parts.values()):
             pairs = [key for key, p in parts.items() if len(p) > 1]
+            enc = backend.encoding_for(parts[pairs[0]][0]["counts"])
             merged = enc.merge_counts_each([(parts[key][0], parts[key][1], key) for key in pairs], self)
             parts = {**parts, **{key: [m, *parts[key][2:]] for key, m in zip(pairs, merged)}}
         return {key: p[0] for key, p in parts.items()}
