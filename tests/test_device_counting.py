@@ -40,12 +40,12 @@ def cupy(monkeypatch):
 
 def on_device(kind: str, values: list) -> gpu.NormalizedColumn:
     """The normalized column the GPU implementation makes of ``values`` (None for null): values
-    of a numpy dtype, nulls stood in by 0, and a mask (None without nulls)."""
+    of a numpy dtype, nulls stood in by 0, and a mask (None without nulls, but for floats)."""
     dtype = {"int": np.int64, "uint": np.uint64, "float": np.float64}[kind]
     mask = np.array([v is None for v in values], dtype=bool)
     numbers = np.array([0 if v is None else v for v in values], dtype=dtype)
-    kind = "int" if kind == "uint" else kind
-    return gpu.NormalizedColumn(kind, _device(numbers), _device(mask) if mask.any() else None)
+    masked = mask.any() or kind == "float"
+    return gpu.NormalizedColumn("int" if kind == "uint" else kind, _device(numbers), _device(mask) if masked else None)
 
 
 def by_hand(values: list) -> tuple[list, int]:
