@@ -47,12 +47,7 @@ class DataStats(StatOperator):
             values = list_elements(self, col, frame[col])
             stats[col] = {"dtype": _dtype_name(schema[col]), "rows": int(len(values)), "moments": None,
                           "extremes": None, "counts": None}
-            if is_numeric_dtype(values.dtype) and not is_bool_dtype(values.dtype):
-                x = float_values(values)  # nulls and NaN as NaN (cuDF's isna of a float column counts its NaN first)
-                numbers[col] = [backend.array_lib(x).isnan(x).sum(), *backend.finite_moments(x),
-                                *backend.finite_extremes(x)]
-            else:
-                numbers[col] = [backend.column_values(values.isna()).sum()]
+            numbers[col] = _numbers(values)
             if not is_float_dtype(values.dtype):  # integers, booleans, strings: distinct values are counted
                 normalized = enc.normalize_column(self, col, values)
                 jobs[col] = ([normalized], normalized.mask)
@@ -106,6 +101,15 @@ class DataStats(StatOperator):
     def set_state(self, state: dict[str, Any]) -> None:
         if "stats" in state:
             self.stats_ = {c: dict(s) for c, s in state["stats"].items()}
+
+
+def _numbers(values: Any) -> list:
+    """A column's nulls (and NaN), then for numbers the moments and extremes of its finite
+    values, as numpy scalars or 0-d CuPy arrays (nothing read back from the device)."""
+    if not is_numeric_dtype(values.dtype) or is_bool_dtype(values.dtype):
+        return [backend.column_values(values.isna()).sum()]
+    x = float_values(values)  # nulls and NaN as NaN (cuDF's isna of a float column counts its NaN first)
+    return [backend.array_lib(x).isnan(x).sum(), *backend.finite_moments(x), *backend.finite_extremes(x)]
 
 
 def _summary(part: dict[str, Any]) -> dict[str, Any]:
