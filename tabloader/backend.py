@@ -823,7 +823,7 @@ def column_values(series: Any, dtype: Any = None) -> Any:
             return _numpy_typed(series).to_cupy()
         if series.dtype != np.dtype(dtype):  # cuDF's astype copies even to the same dtype
             series = series.astype(dtype)
-        # Not to_cupy(na_value=nan): its fillna counts the column's NaN first (a wait for the device).
+        # not to_cupy(na_value=np.nan): its fillna counts the NaN first (a wait for the device)
         return _cudf_nulls_replaced(series, np.dtype(dtype).type(np.nan))
     if isinstance(series.dtype, np.dtype):
         values = series.to_numpy()
