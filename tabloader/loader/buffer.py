@@ -64,6 +64,29 @@ class PackedRows:
         return sum(int(a.nbytes) for a in arrays)
 
 
+class HostStaging(dict):
+    """dtype -> the host staging (:func:`tabloader.backend.host_staging`) of ``buffers[dtype]``,
+    allocated when first asked for: rows decoded on the device (cuDF) are packed straight into
+    the buffers and never need it, and pinned memory takes long to allocate (the driver locks
+    every page).
+
+    Example:
+        >>> import numpy as np
+        >>> buffers = {"int64": np.zeros((2, 1), "int64")}
+        >>> staging = HostStaging(buffers)
+        >>> len(staging), staging["int64"] is buffers["int64"], len(staging)
+        (0, True, 1)
+    """
+
+    def __init__(self, buffers: dict[str, Any]) -> None:
+        super().__init__()
+        self._buffers = buffers
+
+    def __missing__(self, dtype: str) -> Any:
+        self[dtype] = staging = backend.host_staging(self._buffers[dtype])
+        return staging
+
+
 class ChunkBuffer:
     """Packs the rows of a chunk into reusable buffers on the device.
 
@@ -105,7 +128,7 @@ class ChunkBuffer:
         """The buffers of slot ``index`` on the device and their host staging (allocated once)."""
         if self._slots[index] is None:
             buffers = self._empty(self.max_rows)
-            self._slots[index] = (buffers, {d: backend.host_staging(b) for d, b in buffers.items()})
+            self._slots[index] = (buffers, HostStaging(buffers))
         return self._slots[index]
 
     def fill(self, spec: ChunkSpec, sources: Iterable[Any]) -> Chunk:
@@ -127,15 +150,16 @@ class ChunkBuffer:
         """Every row of a decoded partition packed into new arrays on the device."""
         rows = table.num_rows if hasattr(table, "num_rows") else len(table)
         buffers = self._empty(rows)
-        staging = {d: backend.host_staging(b) for d, b in buffers.items()}
-        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, staging)
+        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, HostStaging(buffers))
         return PackedRows(buffers, lists)
 
     def _pack(self, segments: Sequence[Segment], sources: Iterable[Any], buffers: dict[str, Any],
               staging: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
         """Write the segments' rows one after the other into ``buffers``; return the list
-        columns as (values, offsets) on the device."""
-        row, uploads = 0, []
+        columns as (values, offsets) on the device. Rows packed in host staging are copied to
+        the device as soon as their segment is packed, so that the copy overlaps packing the
+        next segment; all copies are waited for before returning."""
+        row, copies = 0, None  # copies: the stream of the copies to the device, waited for at the end
         lists: dict[str, list[tuple[Any, Any]]] = {name: [] for name in self.layout.lists}
         for seg, source in zip(segments, sources):
             stop = row + seg.num_rows
@@ -148,12 +172,13 @@ class ChunkBuffer:
                 decoded_on_host = backend.on_host(source)
                 _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
                 if decoded_on_host:
-                    uploads.append((row, stop))
+                    copies = backend.copy_rows(buffers, staging, [(row, stop)], wait=False)
                 for name, parts in lists.items():
                     parts.append(_list_rows(source, seg, name))
             row = stop
             del source  # not held while the next source is produced (and the one after it decoded)
-        backend.copy_rows(buffers, staging, uploads)
+        if copies is not None:
+            copies.synchronize()
         xp = self.xp
         return {name: concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)
                 for name, parts in lists.items()}
