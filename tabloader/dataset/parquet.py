@@ -166,7 +166,8 @@ class ParquetSource(Source):
             # The partition's table is ours alone: its columns need not be copied into the frame.
             return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable, copy=False)
         target = self.target_schema(columns)
-        runs = read_together(_merge_pieces(self.partitions[index]), self._reads_together)
+        pieces = _merge_pieces(self.partitions[index])
+        runs = read_together(pieces, self._reads_together) if target.names else [[piece] for piece in pieces]
         frames = [self._read_piece_frame(run[0], target) if len(run) == 1 else self._read_run_frame(run, target)
                   for run in runs]
         if not frames:

@@ -7,8 +7,9 @@ touches one contiguous span per row instead of one cache line per value; column-
 is copied from arrow into pinned memory contiguously. Its buffers are preallocated and
 reused in turn, so the loader's memory is bounded by the chunk size whatever the dataset size.
 There is one fill path for every device: rows decoded on the host (pyarrow) are packed in host
-staging -- the buffers themselves on the CPU, pinned memory copied to the GPU once per chunk --
-rows decoded on the device (cuDF) straight into the buffers, and resident rows
+staging -- the buffers themselves on the CPU; on a GPU pinned memory (allocated on first use),
+copied to the GPU partition by partition while the next one is packed -- rows decoded on the
+device (cuDF) straight into the buffers, and resident rows
 (:class:`PackedRows`, already packed on the device) are copied there. :class:`Chunk` is the
 packed result the shuffler and the batcher work on.
 """
@@ -96,7 +97,8 @@ class ChunkBuffer:
     contiguous copy from the host. ``slots`` buffers are kept
     and reused in turn (two when prefetching: the chunk being consumed and the next one), so
     memory stays at ``slots x rows_per_chunk`` rows whatever the dataset size. On the GPU,
-    rows decoded by pyarrow are packed in pinned host memory and copied once per chunk.
+    rows decoded by pyarrow are packed in pinned host memory, each partition's rows copied
+    while the next partition's are packed.
 
     Example:
         >>> import pyarrow as pa

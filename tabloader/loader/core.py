@@ -47,8 +47,8 @@ class Loader:
             ``state_dict()``, so a run can still be resumed); not with several ranks, which must
             share one seed to read disjoint rows.
         device: ``"cpu"`` (numpy) or ``"cuda"`` / ``"cuda:N"`` (CuPy; decoded by cuDF when the
-            dataset is a cuDF one, else by pyarrow and copied to the GPU once per chunk from
-            pinned memory). ``"cuda"`` is the GPU current when the loader is built; the
+            dataset is a cuDF one, else by pyarrow and copied to the GPU from pinned memory,
+            one copy per dtype and partition of a chunk). ``"cuda"`` is the GPU current when the loader is built; the
             loader's threads work on that GPU whatever the calling thread's current one.
         categorical, continuous, target: column names overriding the schema's CATEGORICAL,
             CONTINUOUS and TARGET tags (``[]`` for none).
