@@ -311,3 +311,17 @@ def test_chunks_of_rows_already_on_the_device_allocate_no_pinned_memory(cupy, mo
     assert pinned == []
     assert host(chunk.groups["int64"]).ravel().tolist() == [2, 3, 4, 5, 0, 1]
     assert host(chunk.groups["float32"]).ravel().tolist() == [1.0, 1.5, 2.0, 2.5, 0.0, 0.5]
+
+
+def test_a_frame_segment_is_packed_from_its_columns_values():
+    """The rows of a segment of a decoded frame (cuDF on a GPU; pandas takes the same path) are
+    its columns' values sliced: a NaN (pandas' float null) is kept, the rows stay whole."""
+    import pandas as pd
+
+    ids = np.arange(10)
+    frame = pd.DataFrame({"id": ids, "y": np.where(ids % 3 == 0, np.nan, ids * 0.5).astype("float32")})
+    chunk = ChunkBuffer(SCALARS, max_rows=10).fill(ChunkSpec(0, (Segment(0, 6, 9), Segment(0, 1, 3)), 0),
+                                                   [frame, frame])
+    assert chunk.groups["int64"].ravel().tolist() == [6, 7, 8, 1, 2]
+    assert np.array_equal(chunk.groups["float32"].ravel(), np.array([np.nan, 3.5, 4.0, 0.5, 1.0], "float32"),
+                          equal_nan=True)

@@ -111,3 +111,26 @@ def test_the_cudf_loader_reads_each_partition_of_several_files_once(tmp_path, cu
     ids = np.concatenate([backend.to_host(features["id"]) for features, _ in loader])
     assert sorted(ids.tolist()) == list(range(4 * ROWS))
     assert sorted(map(sorted, cudf_reads)) == [["part0.parquet", "part1.parquet"], ["part2.parquet", "part3.parquet"]]
+
+
+@pytest.mark.gpu
+def test_cudf_partitions_are_packed_into_chunks_without_slicing_the_frame(tmp_path, monkeypatch):
+    """Slicing a cuDF frame makes libcudf count the nulls of each column's slice (parquet's
+    optional columns have a validity mask even without a null): a wait for the device per
+    column. The chunk buffer slices the columns' arrays instead. Chunks of 25 rows cut every
+    partition (two files, 60 rows) in several places."""
+    plc = pytest.importorskip("pylibcudf")
+    for i in range(4):
+        write(tmp_path, f"part{i}.parquet", i * ROWS)
+    row_group_bytes = ParquetSource(FileSet.find(str(tmp_path)), part_size=1).partitions[0][0].nbytes
+    dataset = tl.Dataset(str(tmp_path), device="cuda", part_size=2 * ROWS // GROUP * row_group_bytes)
+    loader = tl.Loader(dataset, batch_size=8, categorical=["id"], continuous=["x"], device="cuda", seed=1,
+                       buffer_size=25 * 12)  # 12 bytes a row: 25 rows a chunk
+    slices = []
+    real = plc.copying.slice
+    monkeypatch.setattr(plc.copying, "slice", lambda *args, **kwargs: slices.append(1) or real(*args, **kwargs))
+    batches = [(backend.to_host(f["id"]), backend.to_host(f["x"])) for f, _ in loader]
+    assert slices == []
+    ids, xs = np.concatenate([i for i, _ in batches]), np.concatenate([x for _, x in batches])
+    assert sorted(ids.tolist()) == list(range(4 * ROWS))
+    assert xs.tolist() == (ids * 0.5).astype(np.float32).tolist()  # each row's values stay together

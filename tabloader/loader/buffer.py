@@ -197,13 +197,16 @@ def _pack_table(layout: ColumnLayout, table: Any, seg: Segment, target: dict[str
 def _pieces(table: Any, seg: Segment) -> Iterator[tuple[int, Any]]:
     """``(rows, column)`` pieces of the rows of ``seg``: ``column(name)`` is that piece of a
     column as an array of the table's device. A pyarrow Table gives one piece per record batch
-    (numpy, zero-copy without nulls; booleans copy), a frame (cuDF) one piece."""
+    (numpy, zero-copy without nulls; booleans copy), a frame (cuDF) one piece: each column's
+    values as a whole (zero-copy without nulls), then sliced as an array. Slicing the frame
+    itself would make libcudf count the nulls of every slice of a column with a validity mask
+    (parquet's optional columns have one, null or not): a wait for the device per column.
+    """
     if _is_arrow(table):
         for batch in table.slice(seg.start, seg.num_rows).to_batches():
             yield batch.num_rows, lambda name, b=batch: b.column(name).to_numpy(zero_copy_only=False)
     else:
-        part = table.iloc[seg.start:seg.stop]
-        yield len(part), lambda name: backend.column_values(part[name])
+        yield seg.num_rows, lambda name: backend.column_values(table[name])[seg.start:seg.stop]
 
 
 def _is_arrow(table: Any) -> bool:
