@@ -84,7 +84,9 @@ class ParquetSource(Source):
         # INT96 columns (stored names) are decoded on the host for cuDF; the CPU reader needs no list
         self._int96 = frozenset().union(*(int96_columns(m) for m in metadata)) if self.device == "cuda" else frozenset()
         # cuDF reads the pieces of a partition in one call when their files share a parquet schema
-        self._schemas = {p: schema_text(m) for p, m in zip(files.paths, metadata)}
+        # (kept as a number per distinct schema: the source travels to Dask's workers)
+        schemas: dict[str, int] = {}
+        self._schema_ids = {p: schemas.setdefault(schema_text(m), len(schemas)) for p, m in zip(files.paths, metadata)}
         names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)
@@ -250,7 +252,7 @@ class ParquetSource(Source):
         selections), columns under their own names, no hive keys or INT96 columns to add."""
         return (self._names_in_files is None and not self.partition_keys and not self._int96
                 and first.row_groups is not None and second.row_groups is not None and is_local(self.files.fs)
-                and self._schemas[first.path] == self._schemas[second.path])
+                and self._schema_ids[first.path] == self._schema_ids[second.path])
 
     def _read_run_frame(self, run: Sequence[Piece], target: Any) -> Any:
         """The pieces of ``run`` (files that read together) as one frame on the device, by one
