@@ -68,7 +68,8 @@ def profile_stages(path: str, batch_size: int, device: str, decode_on: str, buff
     for spec in specs:
         row, uploads = 0, []
         for seg in spec.segments:
-            table = _timed(times, "read", device, lambda: loader.reader.read_uncached(seg.partition))
+            # read(): a partition split between chunks is decoded once, as the loader decodes it
+            table = _timed(times, "read", device, lambda: loader.reader.read(seg.partition))
             on_host = backend.on_host(table)
             _timed(times, "pack", device,
                    lambda: _pack_table(loader.layout, table, seg, staging if on_host else buffers, row))
