@@ -134,3 +134,15 @@ def test_cudf_partitions_are_packed_into_chunks_without_slicing_the_frame(tmp_pa
     ids, xs = np.concatenate([i for i, _ in batches]), np.concatenate([x for _, x in batches])
     assert sorted(ids.tolist()) == list(range(4 * ROWS))
     assert xs.tolist() == (ids * 0.5).astype(np.float32).tolist()  # each row's values stay together
+
+
+@pytest.mark.gpu
+def test_float_nulls_of_a_cudf_partition_come_out_as_nan(tmp_path):
+    ids = np.arange(40)
+    x = pa.array([None if i % 3 == 0 else float(i) for i in ids], pa.float32())
+    pq.write_table(pa.table({"id": ids, "x": x}), str(tmp_path / "a.parquet"), row_group_size=GROUP)
+    loader = tl.Loader(tl.Dataset(str(tmp_path), device="cuda"), batch_size=16, categorical=["id"], continuous=["x"],
+                       device="cuda", seed=2, buffer_size=15 * 12)  # chunks of 15 rows cut the partition
+    got = {int(i): float(v) for f, _ in loader for i, v in zip(backend.to_host(f["id"]), backend.to_host(f["x"]))}
+    assert sorted(got) == ids.tolist()
+    assert all(np.isnan(got[i]) if i % 3 == 0 else got[i] == i for i in got)

@@ -190,23 +190,31 @@ def _pack_table(layout: ColumnLayout, table: Any, seg: Segment, target: dict[str
     """Write the rows of ``seg`` of a decoded partition into ``target[dtype][row:]``."""
     for rows, column in _pieces(table, seg):
         for dtype, names in layout.groups.items():
-            _pack_rows(target[dtype], row, [column(c) for c in names])
+            _pack_rows(target[dtype], row, [column(c, dtype) for c in names])
         row += rows
 
 
 def _pieces(table: Any, seg: Segment) -> Iterator[tuple[int, Any]]:
-    """``(rows, column)`` pieces of the rows of ``seg``: ``column(name)`` is that piece of a
-    column as an array of the table's device. A pyarrow Table gives one piece per record batch
-    (numpy, zero-copy without nulls; booleans copy), a frame (cuDF) one piece: each column's
-    values as a whole (zero-copy without nulls), then sliced as an array. Slicing the frame
-    itself would make libcudf count the nulls of every slice of a column with a validity mask
-    (parquet's optional columns have one, null or not): a wait for the device per column.
+    """``(rows, column)`` pieces of the rows of ``seg``: ``column(name, dtype)`` is that piece
+    of a column as an array of the table's device (of ``dtype`` or one that copies into it;
+    nulls of a float column as NaN). A pyarrow Table gives one piece per record batch (numpy,
+    zero-copy without nulls; booleans copy), a frame (cuDF) one piece: each column's values as
+    a whole (zero-copy without nulls), then sliced as an array. Slicing the frame itself would
+    make libcudf count the nulls of every slice of a column with a validity mask (parquet's
+    optional columns have one, null or not): a wait for the device per column.
     """
     if _is_arrow(table):
         for batch in table.slice(seg.start, seg.num_rows).to_batches():
-            yield batch.num_rows, lambda name, b=batch: b.column(name).to_numpy(zero_copy_only=False)
+            yield batch.num_rows, lambda name, dtype, b=batch: b.column(name).to_numpy(zero_copy_only=False)
     else:
-        yield seg.num_rows, lambda name: backend.column_values(table[name])[seg.start:seg.stop]
+        yield seg.num_rows, lambda name, dtype: _frame_values(table[name], dtype)[seg.start:seg.stop]
+
+
+def _frame_values(column: Any, dtype: str) -> Any:
+    """A frame column's values for a buffer of ``dtype``: float columns with their nulls as NaN
+    (the seam replaces them without counting the NaN, a wait on a GPU), others as they are (the
+    reader refused their nulls)."""
+    return backend.column_values(column, dtype if np.dtype(dtype).kind == "f" else None)
 
 
 def _is_arrow(table: Any) -> bool:
