@@ -116,6 +116,7 @@ def criteo(tmp_path_factory):
     return path
 
 
+@pytest.mark.cudf
 @pytest.mark.parametrize("width", [2, 13])
 def test_a_criteo_partition_is_transformed_with_a_few_reads_whatever_the_number_of_columns(criteo, width,
                                                                                            monkeypatch):
@@ -143,6 +144,7 @@ def test_a_criteo_partition_is_transformed_with_a_few_reads_whatever_the_number_
             assert g.astype("int64").tolist() == pd.Series(e).astype("int64").tolist(), col
 
 
+@pytest.mark.cudf
 @pytest.mark.parametrize("width", [2, 13])
 def test_criteo_partitions_are_fit_with_a_few_reads_whatever_the_number_of_columns(criteo, width, monkeypatch):
     """What Workflow.fit runs on each partition (its Dask tasks, run here on this thread, where
@@ -191,6 +193,7 @@ def test_criteo_partitions_are_fit_with_a_few_reads_whatever_the_number_of_colum
 MAX_DATA_STATS_READS = 2
 
 
+@pytest.mark.cudf
 @pytest.mark.parametrize("width", [2, 13])
 def test_data_stats_fit_a_criteo_partition_with_two_reads_whatever_the_number_of_columns(criteo, width, monkeypatch):
     columns = [f"I{i}" for i in range(1, width + 1)] + [f"C{i}" for i in range(1, 2 * width + 1)]
