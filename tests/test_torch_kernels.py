@@ -30,6 +30,7 @@ import _fused_cases  # noqa: E402
 pytestmark = pytest.mark.torch
 
 CASE_NAMES = sorted(_fused_cases.CASES)
+INTERPRETER_CASE_NAMES = CASE_NAMES + sorted(_fused_cases.HOST_GRID_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def interpreter_results():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", CASE_NAMES)
+@pytest.mark.parametrize("case", INTERPRETER_CASE_NAMES)
 def test_kernel_case_interpreter(interpreter_results, case):
     result = interpreter_results[case]
     assert result == "ok", result
