@@ -29,7 +29,7 @@ def expected_segments(rows, padding, chunk_size):
     return out
 
 
-def actual_segments(seg, chunk_size):
+def actual_segments(seg):
     """The segments with entries, as ``expected_segments`` lays them out (positions made relative)."""
     perm = seg["perm"].numpy()
     out = {}
@@ -49,10 +49,12 @@ def test_segments_match_a_sort_by_hand(chunk_size, total_rows):
     rng.shuffle(rows)
     padding = [0, 31]
     seg = segments(torch.from_numpy(rows), torch.tensor(padding), chunk_size, total_rows)
-    assert actual_segments(seg, chunk_size) == expected_segments(rows, padding, chunk_size)
-    # the kernels read the first used_chunks chunks: those of the hot segments, none empty
-    used = int(seg["nchunks"].sum())
-    assert seg["used_chunks"].tolist() == [used] and (seg["chunk_count"][:used] > 0).all()
+    expected = expected_segments(rows, padding, chunk_size)
+    assert actual_segments(seg) == expected
+    # the kernels read the first used_chunks chunks: those of the hot segments, one after another
+    assert seg["used_chunks"].tolist() == [sum(len(chunks) for _, chunks in expected.values())]
+    hot = seg["nchunks"] > 0
+    assert seg["chunk"][hot].tolist() == (seg["nchunks"][hot].cumsum(0) - seg["nchunks"][hot]).tolist()
 
 
 @pytest.mark.parametrize("rows", [

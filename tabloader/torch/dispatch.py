@@ -183,8 +183,8 @@ def segments(rows: torch.Tensor, padding_rows: torch.Tensor | None, chunk_size: 
     start, count = bounds[1:-1], bounds[1:].diff()  # slots past the used segments: start n, count 0
     row = torch.empty(n + 1, dtype=keys.dtype, device=device).scatter_(0, slot, sorted_rows)[1:]
     if padding_rows is not None and padding_rows.numel():
-        count = torch.where(_is_padding(row, padding_rows), 0, count)
-    nchunks = torch.where(count > chunk_size, (count + chunk_size - 1) // chunk_size, 0)
+        count.masked_fill_(_is_padding(row, padding_rows), 0)
+    nchunks = torch.where(count > chunk_size, (count + (chunk_size - 1)) // chunk_size, 0)
     chunk_end = torch.cumsum(nchunks, 0)
     chunk = chunk_end - nchunks
     chunk_start, chunk_count = _chunks(start, count, chunk, chunk_end, max_chunks(n, chunk_size), chunk_size)
@@ -194,22 +194,23 @@ def segments(rows: torch.Tensor, padding_rows: torch.Tensor | None, chunk_size: 
 
 
 def _is_padding(row: torch.Tensor, padding_rows: torch.Tensor) -> torch.Tensor:
-    """Which of ``row`` are padding rows, by a binary search (``torch.isin`` may read sizes back)."""
+    """Which of ``row`` are padding rows: those whose left and right insertion points into the
+    sorted padding rows differ (binary searches: ``torch.isin`` may read sizes back)."""
     pads = torch.sort(padding_rows.to(row.dtype)).values
-    at = torch.searchsorted(pads, row).clamp_(max=pads.numel() - 1)
-    return pads.index_select(0, at) == row
+    return torch.searchsorted(pads, row) != torch.searchsorted(pads, row, right=True)
 
 
 def _chunks(start: torch.Tensor, count: torch.Tensor, chunk: torch.Tensor, chunk_end: torch.Tensor,
             n_chunks: int, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``chunk_start``/``chunk_count`` of ``n_chunks`` chunks (a bound): chunk ``c`` belongs to the
-    first segment whose chunks end after it; what the chunks past the used ones hold is undefined."""
+    first segment whose chunks end after it, and is its ``c - chunk[owner]``-th; what the chunks
+    past the used ones hold is undefined (the kernel does not read them)."""
     if n_chunks == 0:
         empty = torch.zeros(0, dtype=torch.int64, device=start.device)
         return empty, empty
     c = torch.arange(n_chunks, device=start.device)
     owner = torch.searchsorted(chunk_end, c, right=True).clamp_(max=start.numel() - 1)
-    owner_start = start.index_select(0, owner)
-    chunk_start = owner_start + (c - chunk.index_select(0, owner)) * chunk_size
-    chunk_count = torch.clamp(owner_start + count.index_select(0, owner) - chunk_start, max=chunk_size)
+    k = c - chunk.index_select(0, owner)
+    chunk_start = start.index_select(0, owner).add_(k, alpha=chunk_size)
+    chunk_count = count.index_select(0, owner).sub_(k, alpha=chunk_size).clamp_(max=chunk_size)
     return chunk_start, chunk_count

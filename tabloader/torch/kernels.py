@@ -89,19 +89,20 @@ def _update_launch(block_d: int) -> tuple[int, int]:
     return max(1, min(_UPDATE_MAX_ENTRIES, entries)), warps
 
 
-def persistent_programs(device: torch.device, warps: int) -> int:
-    """The grid of the persistent update kernels on ``device`` for programs of ``warps`` warps:
+def persistent_programs(device: torch.device, dim: int) -> int:
+    """The default grid of the persistent update kernels on ``device`` for rows of ``dim``:
     ``_PERSISTENT_WARPS_PER_SM`` warps on each streaming multiprocessor of a GPU, ``HOST_PROGRAMS``
     elsewhere.
 
     Example:
-        >>> persistent_programs(torch.device("cpu"), 2) == HOST_PROGRAMS
+        >>> persistent_programs(torch.device("cpu"), 128) == HOST_PROGRAMS
         True
     """
     if device.type != "cuda":
         return HOST_PROGRAMS
-    return _multiprocessors(device.index if device.index is not None else torch.cuda.current_device()) * max(
-        1, _PERSISTENT_WARPS_PER_SM // warps)
+    warps = _update_launch(_block_d(dim))[1]
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _multiprocessors(index) * max(1, _PERSISTENT_WARPS_PER_SM // warps)
 
 
 @functools.cache
@@ -301,7 +302,7 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
     auto_e, warps = _update_launch(bd)
     block_e = block_e or auto_e
     block_c = block_c or block_e
-    programs = programs or persistent_programs(weight.device, warps)
+    programs = programs or persistent_programs(weight.device, d)
     has_bag, has_scale = bag is not None, scale is not None
     bag_arg = bag if has_bag else perm
     scale_arg = scale if has_scale else grad
