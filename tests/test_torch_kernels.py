@@ -88,6 +88,18 @@ def test_no_kernel_spills_registers(native_builds):
     assert not spilled, spilled
 
 
+def test_persistent_update_kernels_fit_an_sm_in_one_wave(native_builds):
+    """The persistent partial/update kernels' default grid puts 32 warps on each SM; they all run
+    at once (no second wave behind the first) only if each thread holds at most
+    65536 / (32 warps * 32 threads) = 64 of an H100 SM's registers."""
+    from tabloader.torch.kernels import _PERSISTENT_WARPS_PER_SM
+
+    most = 65536 // (_PERSISTENT_WARPS_PER_SM * 32)
+    heavy = [(b["kernel"], b["registers"], b["constexprs"]) for b in native_builds["builds"]
+             if b["kernel"] in ("partial", "update") and b["registers"] > most]
+    assert not heavy, heavy
+
+
 def test_embedding_rows_move_in_128_bit_accesses(native_builds):
     """Rows of 16-byte multiples are read 4 floats at a time (``ld.global.v4``), by every kernel;
     the forward gather has no narrower load of the table at all -- what lets the lookups run at a

@@ -72,7 +72,8 @@ _UPDATE_MAX_ENTRIES = 32  # entries per loop iteration of the update kernels, at
 _PERSISTENT_WARPS_PER_SM = 32  # warps of the persistent update kernels per SM (an H100 SM holds 64) ...
 # ... with up to 64 registers per thread, which fills an SM's 64K registers exactly. Without a cap, ptxas
 # kept the persistent loops of some builds to 40 registers and spilled their loop bounds to local memory.
-_UPDATE_MAX_REGISTERS = 64
+# (An option of NVIDIA's backend only: AMD's rejects it.)
+_UPDATE_REGISTER_CAP = {} if torch.version.hip else {"maxnreg": 64}
 HOST_PROGRAMS = 4  # programs of the persistent kernels off the GPU, where the interpreter runs them in turn
 
 
@@ -313,7 +314,7 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
         _partial_kernel[(grid,)](
             grad, perm, bag_arg, scale_arg, chunk_start, chunk_count, used_chunks, partial, d, grid,
             HAS_BAG=has_bag, HAS_SCALE=has_scale, BLOCK_E=block_e, BLOCK_D=bd, num_warps=warps,
-            maxnreg=_UPDATE_MAX_REGISTERS)
+            **_UPDATE_REGISTER_CAP)
     s1 = state1 if state1 is not None else weight
     s2 = state2 if state2 is not None else weight
     grid = min(programs, n_seg)
@@ -322,4 +323,4 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
         seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial,
         d, weight.stride(0), float(lr), float(eps), float(beta1), float(beta2), float(step_size), grid,
         OPT=OPTIMIZERS[optimizer], HAS_BAG=has_bag, HAS_SCALE=has_scale,
-        BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps, maxnreg=_UPDATE_MAX_REGISTERS)
+        BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps, **_UPDATE_REGISTER_CAP)
