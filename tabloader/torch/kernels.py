@@ -69,11 +69,15 @@ _GATHER_MAX_ROWS = 128  # ... in at most this many rows
 _POOLED_BLOCK_L = 16  # entries of a bag summed per loop iteration
 _UPDATE_REGISTERS = 32  # fp32 registers per thread for the update kernels' gradient tile
 _UPDATE_MAX_ENTRIES = 32  # entries per loop iteration of the update kernels, at most
-_PERSISTENT_WARPS_PER_SM = 32  # warps of the persistent update kernels per SM (an H100 SM holds 64) ...
-# ... with up to 64 registers per thread, which fills an SM's 64K registers exactly. Without a cap, ptxas
-# kept the persistent loops of some builds to 40 registers and spilled their loop bounds to local memory.
-# (An option of NVIDIA's backend only: AMD's rejects it.)
-_UPDATE_REGISTER_CAP = {} if torch.version.hip else {"maxnreg": 64}
+# Registers per thread of the persistent update kernels: without a cap, ptxas kept their loops to 40 registers
+# in some builds and spilled to local memory; at 64, the pooled fp32 builds of Triton 3.6 spilled; at 72,
+# none of Triton 3.6's or 3.7's (an option of NVIDIA's backend only: AMD's rejects it).
+_UPDATE_MAX_REGISTERS = 72
+_UPDATE_REGISTER_CAP = {} if torch.version.hip else {"maxnreg": _UPDATE_MAX_REGISTERS}
+_SM_REGISTERS = 65536  # 32-bit registers of a streaming multiprocessor (A100, H100, H200)
+# warps of the persistent kernels per SM: as many as its registers hold at once (28 of the 64 an H100 SM
+# can run), so that the whole grid is resident in one wave
+_PERSISTENT_WARPS_PER_SM = _SM_REGISTERS // (_THREADS_PER_WARP * _UPDATE_MAX_REGISTERS)
 HOST_PROGRAMS = 4  # programs of the persistent kernels off the GPU, where the interpreter runs them in turn
 
 
