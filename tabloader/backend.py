@@ -823,7 +823,8 @@ def column_values(series: Any, dtype: Any = None) -> Any:
             return _numpy_typed(series).to_cupy()
         if series.dtype != np.dtype(dtype):  # cuDF's astype copies even to the same dtype
             series = series.astype(dtype)
-        return series.to_cupy(na_value=np.nan)
+        # not to_cupy(na_value=np.nan): its fillna counts the NaN first (a wait for the device)
+        return _cudf_nulls_replaced(series, np.dtype(dtype).type(np.nan))
     if isinstance(series.dtype, np.dtype):
         values = series.to_numpy()
         return values if dtype is None else values.astype(dtype, copy=False)

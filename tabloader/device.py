@@ -194,7 +194,7 @@ def host_staging(array: Any) -> Any:
     dtype = np.dtype(array.dtype)
     count = int(np.prod(array.shape, dtype=np.int64))
     memory = backend.cupy().cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
-    order = "F" if array.flags.f_contiguous and not array.flags.c_contiguous else "C"
+    order = "F" if _column_major(array) else "C"  # as copy_rows reads both: the same layout
     return np.frombuffer(memory, dtype=dtype, count=count).reshape(array.shape, order=order)
 
 
@@ -233,10 +233,17 @@ def _row_span(array: Any, start: int, stop: int) -> tuple[int, int, int, int]:
     """Rows ``[start, stop)`` of a C- or F-ordered 2-D array as a 2-D memory span: (byte offset,
     bytes per line, lines, bytes between lines)."""
     item, columns = array.itemsize, array.shape[1]
-    if columns > 1 and array.strides[0] == item:  # column-major: one line per column
+    if _column_major(array):  # one line per column
         return start * item, (stop - start) * item, columns, array.strides[1]
     width = (stop - start) * columns * item  # row-major: the rows are one line
     return start * columns * item, width, 1, max(width, 1)
+
+
+def _column_major(array: Any) -> bool:
+    """True for a 2-D array of several columns whose rows are adjacent (each column one line
+    in memory). Decided by the strides, not the contiguity flags: with one row, an array is C-
+    and F-contiguous at once, and its staging must still be laid out as :func:`_row_span` reads it."""
+    return array.ndim == 2 and array.shape[1] > 1 and array.strides[0] == array.itemsize
 
 
 _STREAMS: dict[int, Any] = {}

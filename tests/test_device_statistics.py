@@ -67,3 +67,29 @@ def test_a_cudf_frame_from_columns_aligns_a_series_on_other_labels_as_pandas_doe
     host = pd.DataFrame({"b": [3, 1, 2]}, index=[10, 20, 30])
     expected = pd.DataFrame({"sorted": host["b"].sort_values(), "b": host["b"]}, index=host.index)
     pd.testing.assert_frame_equal(out.to_pandas(), expected, check_dtype=False)
+
+
+@pytest.mark.gpu
+def test_cudf_values_with_nulls_as_nan_are_taken_without_a_reduction(monkeypatch):
+    """``column_values(series, float dtype)`` of a cuDF column with nulls: nulls become NaN (and
+    NaN stays NaN) without cuDF counting the NaN first (a reduction: a wait for the device)."""
+    import pyarrow as pa
+    from cudf.core.column.column import ColumnBase
+
+    cudf, cp = backend.cudf(), backend.cupy()
+    frame = cudf.DataFrame.from_arrow(pa.table({"f": pa.array([1.5, None, float("nan"), 4.0], pa.float32()),
+                                                "i": pa.array([1, None, 3, None], pa.int64()),
+                                                "plain": pa.array([1.0, 2.0, 3.0, 4.0], pa.float64())}))
+
+    def no_reduction(*args, **kwargs):
+        raise AssertionError("a reduction read a value back from the device")
+
+    monkeypatch.setattr(ColumnBase, "_reduce", no_reduction)
+    got = {"f": backend.column_values(frame["f"], "float32"), "i": backend.column_values(frame["i"], "float64"),
+           "plain": backend.column_values(frame["plain"], "float64")}
+    monkeypatch.undo()
+    expected = {"f": np.float32([1.5, np.nan, np.nan, 4.0]), "i": np.float64([1, np.nan, 3, np.nan]),
+                "plain": np.float64([1, 2, 3, 4])}
+    for name, values in expected.items():
+        assert got[name].dtype == values.dtype, name
+        np.testing.assert_array_equal(cp.asnumpy(got[name]), values, err_msg=name)

@@ -21,12 +21,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_python(code: str, **env: str) -> str:
-    """The stdout of ``code`` run by a fresh interpreter importing this checkout."""
-    environ = {**os.environ, "PYTHONPATH": ROOT, **env}
+    """The stdout of ``code`` run by a fresh interpreter importing this checkout, the caller's
+    ``PYTHONPATH`` kept after it (on the GPU machines cuDF and RMM are found only through it)."""
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), **env}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environ, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def test_the_fresh_interpreter_finds_what_the_callers_path_holds(tmp_path, monkeypatch):
+    (tmp_path / "only_on_the_callers_path.py").write_text("WHERE = 'found'\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert run_python("import only_on_the_callers_path as m, tabloader; print(m.WHERE)") == "found"
 
 
 def test_opt_out_leaves_the_resource_alone(monkeypatch):

@@ -145,7 +145,8 @@ def common_int_dtype(arrays: Sequence[np.ndarray], op: Any, what: Any) -> np.dty
 
 def exact_ints(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
     """``values`` (int64, uint64 or float64) as the integer ``dtype`` (int64 or uint64), and a
-    mask of the values that ``dtype`` holds exactly (None when all are).
+    mask of the values that ``dtype`` holds exactly (None when all are; for CuPy ``values``
+    whenever their dtype differs: checking the mask would wait for the device).
 
     The values it cannot hold (a negative number as uint64, 2**63 as int64, a non-integral or
     out-of-range float) are 0 in the result: callers must mask them out, never match them.
@@ -165,7 +166,10 @@ def exact_ints(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndar
         fits = values >= 0
     else:
         fits = values <= np.iinfo(np.int64).max
-    return xp.where(fits, values, 0).astype(dtype), None if bool(fits.all()) else fits
+    cast = xp.where(fits, values, 0).astype(dtype)
+    if xp is not np:
+        return cast, fits
+    return cast, None if fits.all() else fits
 
 
 def _is_arrow_string(dtype: Any) -> bool:

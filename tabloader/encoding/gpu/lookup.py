@@ -50,8 +50,7 @@ class ValueLookup:
         for code, level in zip(codes, self.levels):
             out = out * max(len(level), 1) + code
             missing |= code < 0
-        out[missing] = -1
-        return out
+        return cp.where(missing, -1, out)  # not out[missing] = -1: see positions
 
     def _find(self, level: Any, col: NormalizedColumn) -> Any:
         if len(level) == 0 or col.kind == "null":
@@ -115,9 +114,7 @@ class IntKeys(_SortedKeys):
     def find(self, values: Any) -> Any:
         values, fits = exact_ints(values, self.dtype)  # a query the dtype cannot hold is unseen
         pos = self._search(values)
-        if fits is not None:
-            pos[~fits] = -1
-        return pos
+        return pos if fits is None else backend.cupy().where(fits, pos, -1)  # no mask assignment: see positions
 
 
 class FloatKeys(_SortedKeys):
