@@ -17,15 +17,19 @@ vocabulary the same order, so CPU and GPU give identical ids):
   buffers, not copied); strings as a pyarrow string array. GPU: CuPy values
   (``Series.values``, or ``to_cupy(na_value=...)`` with nulls) and ``isna()`` as the mask;
   strings stay a cuDF string Series; categoricals are decategorized on the device.
-* ``count_values`` -- CPU: sorted unique values and counts (``np.bincount`` for a small
-  range, else a sort, of uint32 offsets when they fit); strings
-  ``pyarrow.compute.value_counts``; several columns ``pd.factorize`` per column. GPU:
-  ``cupy.unique(return_counts=True)`` for numbers; strings and several columns
-  ``Series.factorize`` per column (codes combined and renumbered) and ``cupy.bincount``.
-* ``merge_counts`` -- CPU: concatenate two sorted runs, add equal keys. GPU (the switch
-  ``TABLOADER_GPU_MERGE``, see :mod:`tabloader.encoding.gpu.counting`): on the device,
-  concatenated keys grouped again and counts added by ``cupy.add.at`` (default), or each
-  partial copied once to the host in the CPU layout and merged there.
+* ``count_values`` (``count_values_each``: several columns of a partition at once) -- CPU:
+  sorted unique values and counts (``np.bincount`` for a small range, else a sort, of uint32
+  offsets when they fit); strings ``pyarrow.compute.value_counts``; several columns
+  ``pd.factorize`` per column. GPU: numbers by ``cupy.sort`` and the starts of runs of equal
+  values, their number kept on the device and read back once for all the columns of the call
+  (``cupy.unique`` reads it back per column); strings and several columns ``Series.factorize``
+  per column (codes combined and renumbered) and ``cupy.bincount``.
+* ``merge_counts`` (``merge_counts_each``) -- CPU: concatenate two sorted runs, add equal keys.
+  GPU (the switch ``TABLOADER_GPU_MERGE``, see :mod:`tabloader.encoding.gpu.counting`): on the
+  device, concatenated keys sorted again and the counts of each run added (numbers, sizes read
+  back once per call), strings and combinations grouped again and counts added by
+  ``cupy.add.at`` (default); or each partial copied once to the host in the CPU layout and
+  merged there.
 * ``vocabulary`` -- CPU: the threshold filter, then ``pyarrow.compute.sort_indices`` by count
   descending, keys ascending. GPU: ``DataFrame.sort_values([count, keys...],
   ascending=[False, True, ...])`` then ``head(max_size)`` (cuDF sorts strings by their UTF-8

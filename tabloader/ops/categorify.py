@@ -161,24 +161,25 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
         enc = backend.encoding_for(frame)
         stats: dict[str, Any] = {}
+        jobs, keys = [], []  # every column counted at once: on a GPU, one wait for the device for all
         list_columns = []  # remembered so that a partition holding only null lists still gives lists
         for kind, key, inputs, _ in self._plan(columns):
             list_columns += [c for c in inputs if kind != "combo" and holds_lists(frame[c])]
             if self._user_vocab(key) is not None:
                 stats[key] = None
-                continue
-            if kind == "combo":
+            elif kind == "combo":
                 cols = [self._normalize_scalar(enc, c, frame[c]) for c in inputs]
-                stats[key] = enc.count_values(cols, enc.null_mask(cols, "any"))
+                jobs.append((cols, enc.null_mask(cols, "any")))
+                keys.append(key)
             else:
-                parts = []
                 for c in inputs:
                     col = enc.normalize_elements(self, c, frame[c])
-                    parts.append(enc.count_values([col], col.mask))
-                merged = parts[0]
-                for p in parts[1:]:
-                    merged = self._merge_counts(merged, p, key)  # where the partials are (the host: MERGE_ON)
-                stats[key] = merged
+                    jobs.append(([col], col.mask))
+                    keys.append(key)
+        parts: dict[str, list] = {}
+        for key, partial in zip(keys, enc.count_values_each(jobs)):
+            parts.setdefault(key, []).append(partial)
+        stats.update(self._merge_parts(parts))  # a joint group's columns share one vocabulary
         return {"counts": stats, "list_columns": list_columns}
 
     def _normalize_scalar(self, enc: Any, name: str, series: Any) -> Any:
@@ -188,13 +189,27 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
         return enc.normalize_column(self, name, series)
 
     def merge(self, left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
-        counts = {key: self._merge_counts(left["counts"][key], right["counts"][key], key) for key in left["counts"]}
+        counts: dict[str, Any] = {}
+        parts: dict[str, list] = {}
+        for key, a in left["counts"].items():
+            b = right["counts"][key]
+            if a is None or b is None:  # user-given vocabularies count nothing
+                counts[key] = a if b is None else b
+            else:
+                parts[key] = [a, b]
+        counts.update(self._merge_parts(parts))
         return {"counts": counts, "list_columns": sorted(set(left["list_columns"]) | set(right["list_columns"]))}
 
-    def _merge_counts(self, a: Any, b: Any, key: str) -> Any:
-        if a is None or b is None:  # user-given vocabularies count nothing
-            return a if b is None else b
-        return backend.encoding_for(a["counts"]).merge_counts(a, b, self, key)
+    def _merge_parts(self, parts: dict[str, list]) -> dict[str, Any]:
+        """Each key's list of partial counts merged into one, where the partials are (the device,
+        or the host: see ``TABLOADER_GPU_MERGE``); the merges of all keys go together (on a GPU,
+        one wait for the device per round of merges rather than per key)."""
+        while any(len(p) > 1 for p in parts.values()):
+            pairs = [key for key, p in parts.items() if len(p) > 1]
+            enc = backend.encoding_for(parts[pairs[0]][0]["counts"])
+            merged = enc.merge_counts_each([(parts[key][0], parts[key][1], key) for key in pairs], self)
+            parts = {**parts, **{key: [m, *parts[key][2:]] for key, m in zip(pairs, merged)}}
+        return {key: p[0] for key, p in parts.items()}
 
     def finalize(self, columns: Columns, merged: dict[str, Any]) -> None:
         vocabularies, nulls, cards = {}, {}, {}

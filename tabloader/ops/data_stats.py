@@ -11,8 +11,8 @@ from pandas.api.types import is_bool_dtype, is_float_dtype, is_numeric_dtype
 from tabloader import backend
 from tabloader.ops.base import Columns, StatOperator, flatten_columns
 from tabloader.ops.elementwise import list_elements
-from tabloader.ops.normalize import _chan, finite_values
-from tabloader.schema import Schema
+from tabloader.ops.normalize import _chan, float_values
+from tabloader.schema import ColumnSchema, Schema
 
 
 class DataStats(StatOperator):
@@ -40,38 +40,48 @@ class DataStats(StatOperator):
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, dict[str, Any]]:
         enc = backend.encoding_for(frame)
-        stats = {}
-        for col in flatten_columns(columns):
+        stats, numbers, jobs = {}, {}, {}
+        cols = flatten_columns(columns)
+        schema = Schema.from_frame(frame[cols])  # once: on a GPU, through an (empty) arrow copy
+        for col in cols:
             values = list_elements(self, col, frame[col])
-            numeric = is_numeric_dtype(values.dtype) and not is_bool_dtype(values.dtype)
-            part: dict[str, Any] = {"dtype": _dtype_name(frame, col), "rows": int(len(values)),
-                                    "nulls": int(values.isna().sum()), "moments": None, "extremes": None,
-                                    "counts": None}
-            if numeric:
-                finite = finite_values(values)
-                n = int(finite.size)
-                mean = float(finite.mean()) if n else 0.0
-                part["moments"] = (n, mean, float(((finite - mean) ** 2).sum()) if n else 0.0)
-                part["extremes"] = (float(finite.min()), float(finite.max())) if n else None
+            stats[col] = {"dtype": _dtype_name(schema[col]), "rows": int(len(values)), "moments": None,
+                          "extremes": None, "counts": None}
+            numbers[col] = _numbers(values)
             if not is_float_dtype(values.dtype):  # integers, booleans, strings: distinct values are counted
                 normalized = enc.normalize_column(self, col, values)
-                part["counts"] = enc.count_values([normalized], normalized.mask)
-            stats[col] = part
+                jobs[col] = ([normalized], normalized.mask)
+        # Every column's numbers, then every column's counts, read back at once (on a GPU, two
+        # waits for the device in this partition rather than several per column).
+        read = iter(backend.host_floats([v for col_numbers in numbers.values() for v in col_numbers]))
+        for col, col_numbers in numbers.items():
+            stats[col]["nulls"] = int(next(read))
+            if len(col_numbers) > 1:
+                n, mean, m2, low, high = (next(read) for _ in range(5))
+                stats[col]["moments"] = (int(n), mean, m2)
+                stats[col]["extremes"] = (low, high) if n else None
+        for col, partial in zip(jobs, enc.count_values_each(list(jobs.values()))):
+            stats[col]["counts"] = partial
         return stats
 
     def merge(self, left: dict, right: dict) -> dict:
-        return {c: self._merge_one(c, left[c], right[c]) for c in left}
+        merged = {c: self._merge_one(left[c], right[c]) for c in left}
+        both = [c for c in left if left[c]["counts"] is not None and right[c]["counts"] is not None]
+        if both:  # where the partials are, every column's merge at once
+            enc = backend.encoding_for(left[both[0]]["counts"]["counts"])
+            for col, counts in zip(both, enc.merge_counts_each([(left[c]["counts"], right[c]["counts"], c)
+                                                                for c in both], self)):
+                merged[col]["counts"] = counts
+        return merged
 
-    def _merge_one(self, col: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    def _merge_one(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        """The merged statistics of one column, but counts of both partials (merged by :meth:`merge`)."""
         out = {"dtype": a["dtype"], "rows": a["rows"] + b["rows"], "nulls": a["nulls"] + b["nulls"]}
         out["moments"] = _chan(a["moments"], b["moments"]) if a["moments"] and b["moments"] else \
             a["moments"] or b["moments"]
         ext = [e for e in (a["extremes"], b["extremes"]) if e is not None]
         out["extremes"] = (min(e[0] for e in ext), max(e[1] for e in ext)) if ext else None
-        if a["counts"] is None or b["counts"] is None:
-            out["counts"] = a["counts"] if b["counts"] is None else b["counts"]
-        else:
-            out["counts"] = backend.encoding_for(a["counts"]["counts"]).merge_counts(a["counts"], b["counts"], self, col)
+        out["counts"] = a["counts"] if b["counts"] is None else b["counts"]
         return out
 
     def finalize(self, columns: Columns, merged: dict) -> None:
@@ -93,6 +103,15 @@ class DataStats(StatOperator):
             self.stats_ = {c: dict(s) for c, s in state["stats"].items()}
 
 
+def _numbers(values: Any) -> list:
+    """A column's nulls (and NaN), then for numbers the moments and extremes of its finite
+    values, as numpy scalars or 0-d CuPy arrays (nothing read back from the device)."""
+    if not is_numeric_dtype(values.dtype) or is_bool_dtype(values.dtype):
+        return [backend.column_values(values.isna()).sum()]
+    x = float_values(values)  # nulls and NaN as NaN (cuDF's isna of a float column counts its NaN first)
+    return [backend.array_lib(x).isnan(x).sum(), *backend.finite_moments(x), *backend.finite_extremes(x)]
+
+
 def _summary(part: dict[str, Any]) -> dict[str, Any]:
     """The finalized statistics of one column (JSON values; None where a statistic has no value)."""
     rows, nulls = part["rows"], part["nulls"]
@@ -104,9 +123,8 @@ def _summary(part: dict[str, Any]) -> dict[str, Any]:
             "std": math.sqrt(m2 / (n - 1)) if n > 1 else None}
 
 
-def _dtype_name(frame: Any, col: str) -> str:
+def _dtype_name(column: ColumnSchema) -> str:
     """The column's dtype as the schema names it (``int64``, ``string``, ``list<int64>``): the
     same name for a pandas and a cuDF column of the same data (``str(dtype)`` differs: ``str`` or
     ``list<item: int64>[pyarrow]`` against cuDF's ``object`` or ``list``)."""
-    column = Schema.from_frame(frame[[col]])[col]
     return f"list<{column.dtype}>" if column.is_list else column.dtype

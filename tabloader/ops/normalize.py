@@ -24,16 +24,7 @@ from tabloader.schema import Tags
 def float_values(series: Any) -> Any:
     """The values of a numeric column (of its elements, for a list column) as a float64
     numpy/CuPy array, nulls as NaN."""
-    return backend.column_values(list_elements("finite_values", series.name, series), "float64")
-
-
-def finite_values(series: Any) -> Any:
-    """The finite values of a numeric column (of its elements, for a list column) as a float64
-    numpy/CuPy array (nulls dropped)."""
-    x = float_values(series)
-    xp = backend.array_lib(x)
-    finite = xp.isfinite(x)
-    return x if bool(finite.all()) else x[finite]
+    return backend.column_values(list_elements("float_values", series.name, series), "float64")
 
 
 def _check_out_dtype(op: Any) -> np.dtype:

@@ -77,6 +77,18 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
             "nulls": nulls, "kinds": kinds}
 
 
+def count_values_each(jobs: Sequence[tuple[Sequence[NormalizedColumn], Any]]) -> list[dict[str, Any]]:
+    """:func:`count_values` of each ``(cols, mask)`` job: what an operator counting several
+    columns of a partition calls (the GPU implementation then waits for the device once for all).
+
+    Example:
+        >>> col = NormalizedColumn("int", np.array([3, 1, 3]), None)
+        >>> [p["counts"].tolist() for p in count_values_each([([col], None), ([col], np.array([1, 0, 0], bool))])]
+        [[1, 2], [1, 1]]
+    """
+    return [count_values(cols, mask) for cols, mask in jobs]
+
+
 def _count_numbers(values: np.ndarray, mask: np.ndarray | None, nulls: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique values of the rows outside ``mask`` (``nulls`` rows, not all), and their int64 counts.
 
@@ -136,6 +148,11 @@ def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> di
         merged_counts = sum_int(codes, counts, len(first))
     return {"keys": merged_keys, "counts": merged_counts.astype(np.int64), "nulls": a["nulls"] + b["nulls"],
             "kinds": kinds}
+
+
+def merge_counts_each(jobs: Sequence[tuple[dict[str, Any], dict[str, Any], Any]], op: Any) -> list[dict[str, Any]]:
+    """:func:`merge_counts` of each ``(a, b, what)`` job (on the GPU with one wait for the device for all)."""
+    return [merge_counts(a, b, op, what) for a, b, what in jobs]
 
 
 def vocabulary(counted: dict[str, Any], freq_threshold: int, max_size: int) -> tuple[list, np.ndarray]:

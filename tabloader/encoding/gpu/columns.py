@@ -68,10 +68,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
             return NormalizedColumn("int", numbers.values, None)
         return NormalizedColumn("int", numbers.to_cupy(na_value=0), series.isna().values)
     if pdt.is_float_dtype(dtype):
-        values = series.astype(np.float64).to_cupy(na_value=np.nan)  # a cuDF float column has nulls and NaN
-        nan = cp.isnan(values)
-        if not bool(nan.any()):
-            return NormalizedColumn("float", values, None)
+        values = backend.column_values(series, np.float64)  # a cuDF float column has nulls and NaN: both NaN here
+        nan = cp.isnan(values)  # the mask even where it holds no True: asking would wait for the device
         return NormalizedColumn("float", cp.where(nan, 0.0, values), nan)
     if pdt.is_string_dtype(dtype):  # cuDF object columns hold strings only
         values = series.reset_index(drop=True)

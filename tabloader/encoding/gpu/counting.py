@@ -31,7 +31,8 @@ from tabloader.encoding.cpu.columns import common_int_dtype, null_mask
 from tabloader.encoding.cpu.counting import check_kinds_merge
 from tabloader.encoding.gpu.columns import NormalizedColumn
 
-__all__ = ["count_values", "merge_counts", "vocabulary", "group_rows", "union_keys", "sum_int", "MERGE_ON"]
+__all__ = ["count_values", "count_values_each", "merge_counts", "merge_counts_each", "vocabulary", "group_rows",
+           "union_keys", "sum_int", "MERGE_ON"]
 
 MERGE_ON = os.environ.get("TABLOADER_GPU_MERGE", "device")
 if MERGE_ON not in ("device", "host"):
@@ -93,24 +94,126 @@ def count_values(cols: Sequence[NormalizedColumn], mask: Any) -> dict[str, Any]:
 
     With :data:`MERGE_ON` ``"host"`` the partial is returned in the CPU layout instead.
     """
+    return count_values_each([(cols, mask)])[0]
+
+
+def count_values_each(jobs: Sequence[tuple[Sequence[NormalizedColumn], Any]]) -> list[dict[str, Any]]:
+    """:func:`count_values` of each ``(cols, mask)`` job, waiting for the device once for all.
+
+    A partial's size (its number of distinct values) and its null count are only known on the
+    device: read one by one (as ``cupy.unique`` and a boolean filter do), every column of a
+    partition would stall the host. The numbers are counted with their sizes kept on the device
+    (:func:`_count_numbers`) and every job's sizes are read back together (:func:`_settled`).
+    Strings are grouped by cuDF's ``factorize`` (libcudf sizes its results itself) and
+    combinations by ``cupy.unique`` per column, which reads each size back.
+    """
+    return _settled([_count(cols, mask) for cols, mask in jobs])
+
+
+def _count(cols: Sequence[NormalizedColumn], mask: Any) -> dict[str, Any]:
+    """One job of :func:`count_values_each`; numbers with their size (``"size"``) and null count on the device."""
     cp = backend.cupy()
     kinds = [c.kind for c in cols]
-    rows = len(cols[0])
-    if "null" in kinds:
-        nulls = int(cp.count_nonzero(mask)) if mask is not None else 0
-        return _placed({"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds})
-    if mask is not None:  # the rows kept are counted on the host anyway: the nulls are the others
-        cols = [c.filter(~mask) for c in cols]
-    nulls = rows - len(cols[0])
-    if not len(cols[0]):
-        return _placed({"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds})
+    nulls = 0 if mask is None else cp.count_nonzero(mask)
+    if "null" in kinds or not len(cols[0]):
+        return {"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds}
     if len(cols) == 1 and kinds[0] in ("int", "float"):
-        keys, counts = cp.unique(cols[0].values, return_counts=True)  # sorted unique values
-        return _placed({"keys": [keys], "counts": counts.astype(cp.int64), "nulls": nulls, "kinds": kinds})
+        keys, counts, size = _count_numbers(cols[0].values, mask, nulls)
+        return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds, "size": size}
+    if len(cols) == 1 and kinds[0] == "str" and (mask is None or mask is cols[0].mask):
+        return {**_count_strings(cols[0].values), "nulls": nulls, "kinds": kinds}  # its own nulls: no filter
+    if mask is not None:
+        cols = [c.filter(~mask) for c in cols]
+    if not len(cols[0]):
+        return {"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds}
     codes, first = factorize_rows([c.values for c in cols])
-    return _placed({"keys": [c.take(first).values for c in cols],
-                    "counts": cp.bincount(codes, minlength=len(first)).astype(cp.int64), "nulls": nulls,
-                    "kinds": kinds})
+    return {"keys": [c.take(first).values for c in cols], "counts": _code_counts(codes, len(first)), "nulls": nulls,
+            "kinds": kinds}
+
+
+def _count_strings(values: Any) -> dict[str, Any]:
+    """The distinct strings of a cuDF string Series (nulls left out) and their counts."""
+    codes, distinct = values.factorize()  # a null's code is -1
+    if not len(distinct):
+        return {"keys": None, "counts": backend.cupy().zeros(0, dtype=np.int64)}
+    counts = _code_counts(backend.cupy().where(codes < 0, len(distinct), codes), len(distinct) + 1)[:-1]
+    return {"keys": [distinct.to_series().reset_index(drop=True)], "counts": counts}
+
+
+def _code_counts(codes: Any, n: int) -> Any:
+    """How many times each code ``0..n-1`` occurs, as int64 (``cupy.bincount`` reads the
+    largest code back, and whether any is negative)."""
+    cp = backend.cupy()
+    return sum_int(codes, cp.ones(len(codes), dtype=cp.int64), n)
+
+
+def _count_numbers(values: Any, mask: Any, nulls: Any) -> tuple[Any, Any, Any]:
+    """The sorted distinct values of the rows outside ``mask`` (``nulls`` of them, a 0-d array)
+    and their int64 counts, both as long as ``values`` (the tail past the distinct values is
+    padding), and how many distinct values there are (a 0-d array): nothing is read back.
+
+    Null rows are not filtered out (the result's size would be read back): they stand in as
+    the largest valid value (which sorts last), whose count is corrected afterwards.
+    """
+    cp = backend.cupy()
+    n = len(values)
+    if mask is not None:
+        lowest = values.dtype.type(-np.inf if values.dtype.kind == "f" else np.iinfo(values.dtype).min)
+        values = cp.where(mask, cp.where(mask, lowest, values).max(), values)
+    ordered = cp.sort(values)
+    starts, size = _run_starts(ordered)
+    counts = cp.diff(cp.concatenate([starts, cp.full(1, n, dtype=cp.int64)]))  # the tail: n - n = 0
+    if mask is not None:
+        counts -= cp.where(cp.arange(n) == size - 1, nulls, 0)  # the stand-ins, counted in the last run
+        size = cp.where(nulls == n, 0, size)  # only nulls: the one run was theirs
+    return ordered[cp.minimum(starts, n - 1)], counts, size
+
+
+def _run_starts(ordered: Any) -> tuple[Any, Any]:
+    """The runs of equal values of a sorted, non-empty CuPy array, found without reading the
+    device: the first position of each run, in order, at the front of an int64 array as long
+    as ``ordered`` (the tail holds ``len(ordered)``), and the number of runs (a 0-d array)."""
+    cp = backend.cupy()
+    n = len(ordered)
+    begins = cp.empty(n, dtype=bool)
+    begins[:1] = True
+    cp.not_equal(ordered[1:], ordered[:-1], out=begins[1:])
+    run = cp.cumsum(begins, dtype=cp.int64) - 1
+    starts = cp.full(n + 1, n, dtype=cp.int64)  # slot n takes the positions that begin no run
+    starts[cp.where(begins, run, n)] = cp.arange(n, dtype=cp.int64)
+    return starts[:n], run[-1] + 1
+
+
+def _run_sums(starts: Any, weights: Any) -> Any:
+    """The int64 sums of ``weights`` over the runs of :func:`_run_starts` (0 in the padding),
+    as differences of a running total: no scatter, no atomics."""
+    cp = backend.cupy()
+    n = len(starts)
+    last = cp.concatenate([starts[1:], cp.full(1, n, dtype=cp.int64)]) - 1  # each run's last position
+    totals = cp.cumsum(weights, dtype=cp.int64)[last]
+    return cp.diff(cp.concatenate([cp.zeros(1, dtype=cp.int64), totals]))
+
+
+def _settled(partials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The partials with their null counts on the host and, where their size was on the device,
+    their keys and counts cut to it: everything still on the device is read back together (one
+    wait for the device for all)."""
+    pending = [p for p in partials if "size" in p or backend.is_gpu_object(p["nulls"])]
+    numbers = iter(backend.host_floats([x for p in pending for x in (p.get("size", -1), p["nulls"])]))
+    read = {id(p): (int(next(numbers)), int(next(numbers))) for p in pending}
+    return [_placed(_cut(p, *read[id(p)]) if id(p) in read else p) for p in partials]
+
+
+def _cut(partial: dict[str, Any], size: int, nulls: int) -> dict[str, Any]:
+    """``partial`` with the null count ``nulls`` and, for a ``size`` read back (not -1), its keys
+    and counts cut to that many (no keys when 0)."""
+    out = {k: v for k, v in partial.items() if k != "size"}
+    out["nulls"] = nulls
+    if size == 0:
+        out["keys"], out["counts"] = None, partial["counts"][:0]
+    elif size > 0:  # copies, so that the padding's memory is freed (a low-cardinality column's is most of it)
+        out["keys"], out["counts"] = [k[:size].copy() for k in partial["keys"]], partial["counts"][:size].copy()
+    return out
 
 
 def _placed(partial: dict[str, Any]) -> dict[str, Any]:
@@ -127,16 +230,34 @@ def _placed(partial: dict[str, Any]) -> dict[str, Any]:
 
 def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> dict[str, Any]:
     """Add two device partials of :func:`count_values` (associative and commutative)."""
+    return merge_counts_each([(a, b, what)], op)[0]
+
+
+def merge_counts_each(jobs: Sequence[tuple[dict[str, Any], dict[str, Any], Any]], op: Any) -> list[dict[str, Any]]:
+    """:func:`merge_counts` of each ``(a, b, what)`` job, waiting for the device once for all
+    (numbers; strings and combinations are grouped again as :func:`count_values_each` says)."""
+    return _settled([_merge(a, b, op, what) for a, b, what in jobs])
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> dict[str, Any]:
+    """One job of :func:`merge_counts_each`; numbers with their size on the device."""
     cp = backend.cupy()
     if a["keys"] is None or b["keys"] is None:
         out = dict(a if b["keys"] is None else b)
         out["nulls"] = a["nulls"] + b["nulls"]
         return out
     keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], op, what)
+    counts = cp.concatenate([a["counts"], b["counts"]])
+    nulls = a["nulls"] + b["nulls"]
+    if len(kinds) == 1 and kinds[0] != "str":
+        order = cp.argsort(keys[0])
+        ordered = keys[0][order]
+        starts, size = _run_starts(ordered)
+        return {"keys": [ordered[cp.minimum(starts, len(ordered) - 1)]], "counts": _run_sums(starts, counts[order]),
+                "nulls": nulls, "kinds": kinds, "size": size}
     codes, first = factorize_rows(keys)
-    merged_keys = [_take(k, first) for k in keys]
-    merged_counts = sum_int(codes, cp.concatenate([a["counts"], b["counts"]]), len(first))
-    return {"keys": merged_keys, "counts": merged_counts, "nulls": a["nulls"] + b["nulls"], "kinds": kinds}
+    return {"keys": [_take(k, first) for k in keys], "counts": sum_int(codes, counts, len(first)), "nulls": nulls,
+            "kinds": kinds}
 
 
 def _take(keys: Any, positions: Any) -> Any:
@@ -146,12 +267,12 @@ def _take(keys: Any, positions: Any) -> Any:
 def concat_keys(a_keys: list, a_kinds: list, b_keys: list, b_kinds: list, op: Any, what: Any) -> tuple[list, list]:
     """Concatenate the key columns of two device partials (numbers: float64 if either is float,
     else int64 or uint64, see :func:`~tabloader.encoding.cpu.columns.common_int_dtype`)."""
-    cp, cudf = backend.cupy(), backend.cudf()
+    cp = backend.cupy()
     kinds = check_kinds_merge(a_kinds, b_kinds, op, what)
     keys = []
     for i, kind in enumerate(kinds):
         if kind == "str":
-            keys.append(cudf.concat([a_keys[i], b_keys[i]], ignore_index=True))
+            keys.append(backend.cudf().concat([a_keys[i], b_keys[i]], ignore_index=True))
         else:
             pair = [a_keys[i], b_keys[i]]
             dtype = np.float64 if kind == "float" else common_int_dtype(pair, op, what)
