@@ -545,26 +545,54 @@ def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Se
     """
     if resolve_device(device) == "cuda":
         hosted = [c for c in columns or () if c in host_columns]
+        per_file = None if row_groups is None else [list(row_groups)]
         if not hosted:
-            return _cudf_read_parquet(path, columns, row_groups, filesystem)
+            return _cudf_read_parquet([path], columns, per_file, filesystem)
         frame = cudf().DataFrame.from_arrow(read_parquet_arrow(path, hosted, row_groups, filesystem))
         rest = [c for c in columns if c not in host_columns]
         if rest:
-            on_device = _cudf_read_parquet(path, rest, row_groups, filesystem)
+            on_device = _cudf_read_parquet([path], rest, per_file, filesystem)
             for name in rest:
                 frame[name] = on_device[name]
         return frame[list(columns)]
     return from_arrow(read_parquet_arrow(path, columns, row_groups, filesystem))
 
 
-def _cudf_read_parquet(path: str, columns: Sequence[str] | None, row_groups: Sequence[int] | None,
+def read_parquet_files(paths: Sequence[str], columns: Sequence[str], row_groups: Sequence[Sequence[int]],
+                       device: str = "cpu", filesystem: Any = None) -> Any:
+    """Row groups ``row_groups[i]`` of each file ``paths[i]`` (files of one parquet schema) as one
+    DataFrame on ``device``, rows in that order and numbered from 0.
+
+    On the GPU it is one cuDF read: libcudf fetches and decodes the column chunks of all the
+    files together, where a read per file would cost a call (its host work and waits for the
+    device) per file and a copy of every column to concatenate them. On the CPU the files are
+    read by pyarrow one after the other.
+
+    Example:
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> d = tempfile.mkdtemp()
+        >>> for name, ids in (("a", [1, 2, 3, 4]), ("b", [5, 6])):
+        ...     pq.write_table(pa.table({"id": ids}), os.path.join(d, name + ".parquet"), row_group_size=2)
+        >>> read_parquet_files([os.path.join(d, "a.parquet"), os.path.join(d, "b.parquet")], ["id"], [[1], [0]])["id"].tolist()
+        [3, 4, 5, 6]
+    """
+    if resolve_device(device) == "cuda":
+        return _cudf_read_parquet(list(paths), columns, [list(r) for r in row_groups], filesystem)
+    import pyarrow as pa
+
+    tables = [read_parquet_arrow(path, columns, groups, filesystem) for path, groups in zip(paths, row_groups)]
+    return from_arrow(pa.concat_tables(tables), copy=False)
+
+
+def _cudf_read_parquet(paths: list[str], columns: Sequence[str] | None, row_groups: list[list[int]] | None,
                        filesystem: Any) -> Any:
-    """cuDF's read of one file, as pyarrow's reads it: only the file's columns, rows numbered from 0."""
-    kwargs = {"row_groups": [list(row_groups)]} if row_groups is not None else {}
+    """cuDF's read of some files (``row_groups``: a list per file), as pyarrow's reads them: only
+    the files' columns, rows numbered from 0."""
+    kwargs = {"row_groups": row_groups} if row_groups is not None else {}
     # partitioning=None: cuDF would otherwise run pyarrow's hive discovery on the file's folders,
     # add the keys as categoricals, and fail when the file also stores a key with another type
     # than pyarrow infers (polars' partitioned writes); a dataset adds its keys itself.
-    frame = cudf().read_parquet(path, columns=columns, filesystem=filesystem, use_pandas_metadata=False,
+    frame = cudf().read_parquet(paths, columns=columns, filesystem=filesystem, use_pandas_metadata=False,
                                 dataset_kwargs={"partitioning": None}, **kwargs)
     # cuDF numbers the rows by a RangeIndex that pandas' metadata records, even without
     # use_pandas_metadata (and from the first row group read): the rows of a partition are 0..n.

@@ -199,10 +199,15 @@ def host_staging(array: Any) -> Any:
 
 
 def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
-              ranges: Sequence[tuple[int, int]]) -> None:
+              ranges: Sequence[tuple[int, int]], wait: bool = True) -> Any:
     """Copy rows ``[a, b)`` of every range from each 2-D array of ``sources`` (from
     :func:`host_staging`, same layout) into the same-key array of ``destinations``, and return
-    when done.
+    when done -- or, with ``wait=False``, as soon as the copies are queued: the caller then
+    calls ``synchronize()`` on the returned stream before the rows are read, and may meanwhile
+    fill other rows of the staging (the loader packs a chunk's next partition while the rows of
+    the one before travel). Returns the stream the copies were queued on, None when nothing was
+    copied: every copy to a GPU goes to one stream of its own, so waiting for it after the last
+    copy waits for all of them.
 
     Host destinations are their own staging: nothing is copied. GPU destinations are written
     by one 2-D DMA copy per array and range (a column-major buffer's rows ``[a, b)`` are one
@@ -212,11 +217,12 @@ def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
 
     Example:
         >>> a = {"x": np.zeros((3, 1))}
-        >>> copy_rows(a, a, [(0, 3)])  # host memory: already in place
+        >>> copy_rows(a, a, [(0, 3)]) is None  # host memory: already in place
+        True
     """
     pairs = [(destinations[key], source) for key, source in sources.items() if source is not destinations[key]]
     if not pairs or not ranges:
-        return
+        return None
     cuda = backend.cupy().cuda
     stream = _copy_stream()
     stream.wait_event(cuda.Stream.null.record())
@@ -226,7 +232,9 @@ def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
             source_offset, _, _, spitch = _row_span(source, start, stop)
             cuda.runtime.memcpy2DAsync(destination.data.ptr + offset, dpitch, source.ctypes.data + source_offset,
                                        spitch, width, height, cuda.runtime.memcpyHostToDevice, stream.ptr)
-    stream.synchronize()
+    if wait:
+        stream.synchronize()
+    return stream
 
 
 def _row_span(array: Any, start: int, stop: int) -> tuple[int, int, int, int]:

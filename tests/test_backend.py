@@ -258,6 +258,24 @@ def test_host_staging_and_copy_rows(device):
     assert as_numpy(destination).tolist() == expected.tolist()
 
 
+def test_copy_rows_without_waiting_lets_other_rows_be_filled_meanwhile(device):
+    """As the chunk buffer does: a segment's rows are queued for the device, the next segment
+    is packed into other rows of the staging meanwhile, and the stream is waited for once."""
+    destination = backend.array_lib(device).zeros((2, 6), dtype=np.int64).T  # column-major, as a GPU chunk
+    staging = backend.host_staging(destination)
+    by_hand = np.arange(12, dtype=np.int64).reshape(6, 2)
+    staging[:3] = by_hand[:3]
+    first = backend.copy_rows({"i": destination}, {"i": staging}, [(0, 3)], wait=False)
+    staging[3:] = by_hand[3:]
+    second = backend.copy_rows({"i": destination}, {"i": staging}, [(3, 6)], wait=False)
+    if device == "cpu":
+        assert first is None and second is None  # the buffer is its own staging
+    else:
+        assert second is first  # one stream per GPU: waiting for it waits for both
+        second.synchronize()
+    assert as_numpy(destination).tolist() == by_hand.tolist()
+
+
 def test_device_context_and_synchronize(device):
     import threading
 

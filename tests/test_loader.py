@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tabloader as tl
-from tabloader.loader import Loader, LoaderReadError, PartitionPlan
+from tabloader.loader import Loader, LoaderReadError, PartitionPlan, ReadAhead
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 ROW_BYTES = 8 + 8 + 4 + 4  # id, cat (int64), x, y (float32)
@@ -474,6 +474,40 @@ def test_close_mid_epoch_stops_thread_and_next_epoch_starts(data):
     assert sorted(np.concatenate(epoch_ids(loader)).tolist()) == list(range(400))
     with Loader(tl.Dataset(data), 10) as again:
         assert len(list(again)) == 40
+
+
+def test_reading_partitions_ahead_on_several_threads_gives_the_same_batches(data, device, monkeypatch):
+    """``TABLOADER_READ_AHEAD=3`` decodes three partitions at once: the same batches, in the
+    same order, as one at a time; every row once."""
+    def batches():
+        loader = Loader(tl.Dataset(data, part_size=40 * ROW_BYTES), 32, seed=3, buffer_size=64 * ROW_BYTES,
+                        device=device)
+        return [ids.tolist() for ids in epoch_ids(loader)]
+
+    one = batches()
+    monkeypatch.setenv("TABLOADER_READ_AHEAD", "3")
+    assert batches() == one
+    assert sorted(sum(one, [])) == list(range(400))
+
+
+def test_read_ahead_decodes_that_many_partitions_at_once():
+    """Each read returns only once another one runs beside it: with ``ahead=2`` they do."""
+    together = threading.Barrier(2, timeout=20)
+
+    class Reader:
+        def read_uncached(self, index):
+            together.wait()
+            return index
+
+    with ReadAhead(Reader(), [0, 1, 2, 3], ahead=2) as reads:
+        assert [reads.get(i) for i in range(4)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_bad_read_ahead_names_the_variable(data, monkeypatch, value):
+    monkeypatch.setenv("TABLOADER_READ_AHEAD", value)
+    with pytest.raises(ValueError, match=f"TABLOADER_READ_AHEAD='{value}'"):
+        list(Loader(tl.Dataset(data), 64))
 
 
 def test_plan_is_deterministic_and_covers():

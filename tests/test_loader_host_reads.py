@@ -26,12 +26,14 @@ own host-to-device copy). ``tests/test_gpu_loader_sync.py`` checks the real thin
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
 from tabloader import backend
 from tabloader.loader import Batcher, Chunk, ChunkSpec, ColumnLayout, ListPadding, Segment, Shuffler
-from tabloader.loader.buffer import _pack_rows
+from tabloader.loader.buffer import ChunkBuffer, PackedRows, _pack_rows
 
 
 class HostRead(AssertionError):
@@ -292,3 +294,34 @@ def test_pack_rows_fills_column_major_staging_whole_columns():
     assert np.array_equal(staging[10:], np.stack(columns, axis=1))
     row_major = np.zeros((n, 4), dtype=np.int64)
     assert backend.block_rows(row_major, n, 4096) == 4096  # the CPU's own buffers stay cache-blocked
+
+
+def test_chunks_of_rows_already_on_the_device_allocate_no_pinned_memory(cupy, monkeypatch):
+    """Pinned host staging is for rows decoded on the host: rows on the device (resident, or
+    decoded by cuDF) are copied into the chunk buffer there, and pinned memory takes long to
+    allocate (the driver locks every page), so a GPU chunk buffer allocates it on first use."""
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)  # the stand-in is the device
+    pinned = []
+    cupy.cuda = types.SimpleNamespace(alloc_pinned_memory=lambda nbytes: pinned.append(nbytes) or bytearray(nbytes))
+    ids = np.arange(8)
+    rows = PackedRows({"int64": _device(ids.reshape(-1, 1)), "float32": _device((ids * 0.5).astype("float32")[:, None])},
+                      {})
+    buffer = ChunkBuffer(SCALARS, max_rows=8, device="cuda")
+    chunk = buffer.fill(ChunkSpec(0, (Segment(0, 2, 6), Segment(0, 0, 2)), 0), [rows, rows])
+    assert pinned == []
+    assert host(chunk.groups["int64"]).ravel().tolist() == [2, 3, 4, 5, 0, 1]
+    assert host(chunk.groups["float32"]).ravel().tolist() == [1.0, 1.5, 2.0, 2.5, 0.0, 0.5]
+
+
+def test_a_frame_segment_is_packed_from_its_columns_values():
+    """The rows of a segment of a decoded frame (cuDF on a GPU; pandas takes the same path) are
+    its columns' values sliced: a NaN (pandas' float null) is kept, the rows stay whole."""
+    import pandas as pd
+
+    ids = np.arange(10)
+    frame = pd.DataFrame({"id": ids, "y": np.where(ids % 3 == 0, np.nan, ids * 0.5).astype("float32")})
+    chunk = ChunkBuffer(SCALARS, max_rows=10).fill(ChunkSpec(0, (Segment(0, 6, 9), Segment(0, 1, 3)), 0),
+                                                   [frame, frame])
+    assert chunk.groups["int64"].ravel().tolist() == [6, 7, 8, 1, 2]
+    assert np.array_equal(chunk.groups["float32"].ravel(), np.array([np.nan, 3.5, 4.0, 0.5, 1.0], "float32"),
+                          equal_nan=True)

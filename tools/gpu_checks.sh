@@ -138,7 +138,7 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
         --data "$bench_data/loader"
       if has_cudf; then
         run_step prof_loader_cudf "$py" tools/gpu_profile_loader.py "$out/loader_profile_cudf" --device cuda \
-          --decode cuda --data "$bench_data/loader"
+          --decode cuda --data "$bench_data/loader" --part-sizes default 256MB --kvikio-threads 4 16
         run_step prof_workflow "$py" tools/gpu_profile_workflow.py "$out/workflow_profile" --rows 5000000 \
           --data "$bench_data/raw"
       fi ;;

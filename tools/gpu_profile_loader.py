@@ -17,6 +17,14 @@ same with ``resident=True`` (the next epoch only copies, shuffles and slices on 
 the core loader and the torch adapter; and, with ``--trace``, a ``torch.profiler`` chrome trace of
 the first batches of a resident epoch through the torch adapter.
 
+First, before anything else, one epoch of the core loader (``first epoch in the process``: it
+pays the libraries' start -- CUDA modules loaded on first use, cuDF's reader, CuPy's kernels).
+Then the first-epoch variants of the choices only a GPU machine can settle, each a fresh core
+loader (``variants``): ``--read-ahead`` (``TABLOADER_READ_AHEAD``: partitions decoded at once),
+``--part-sizes`` (the dataset's partitions: fewer, larger reads against an earlier start of the
+pipeline) and, with cuDF decoding, ``--kvikio-threads`` (``KVIKIO_NTHREADS``: the threads
+libcudf reads files with, set once per process: each value runs in a process of its own).
+
 Writes ``OUT_DIR/stages.json`` and ``OUT_DIR/stages.txt`` (and ``OUT_DIR/trace_*.json``).
 
 Usage (from the repository root)::
@@ -24,6 +32,8 @@ Usage (from the repository root)::
     python tools/gpu_profile_loader.py /tmp/loader-profile --device cuda --trace
     python tools/gpu_profile_loader.py /tmp/loader-profile --device cuda --decode cuda   # cuDF decoding
     python tools/gpu_profile_loader.py /tmp/p --device cpu --rows 20000 --files 2 --batch-sizes 512
+    python tools/gpu_profile_loader.py /tmp/p --device cuda --decode cuda --read-ahead 1 2 \
+        --part-sizes default 256MB --kvikio-threads 4 16
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -57,7 +68,8 @@ def profile_stages(path: str, batch_size: int, device: str, decode_on: str, buff
     for spec in specs:
         row, uploads = 0, []
         for seg in spec.segments:
-            table = _timed(times, "read", device, lambda: loader.reader.read_uncached(seg.partition))
+            # read(): a partition split between chunks is decoded once, as the loader decodes it
+            table = _timed(times, "read", device, lambda: loader.reader.read(seg.partition))
             on_host = backend.on_host(table)
             _timed(times, "pack", device,
                    lambda: _pack_table(loader.layout, table, seg, staging if on_host else buffers, row))
@@ -131,6 +143,59 @@ def _loader(adapter: str, path: str, batch_size: int, device: str, decode_on: st
     return tabloader.torch.Loader(tl.Dataset(path, device=decode_on), **kwargs)
 
 
+def first_epoch(path: str, batch_size: int, device: str, decode_on: str, buffer_size: str,
+                part_size: str | None = None) -> dict[str, float]:
+    """rows/s of a fresh core loader's first epoch and of its next one."""
+    dataset = tl.Dataset(path, device=decode_on, **({} if part_size is None else {"part_size": part_size}))
+    loader = tl.Loader(dataset, batch_size=batch_size, seed=0, device=device, buffer_size=buffer_size)
+    rates = {}
+    for epoch in ("first", "next"):
+        start = time.perf_counter()
+        rows = sum(len(target) for _, target in loader)
+        backend.synchronize(device)
+        rates[f"{epoch} epoch rows_per_s"] = rows / (time.perf_counter() - start)
+    loader.close()
+    rates["partitions"] = dataset.npartitions
+    return rates
+
+
+def profile_variants(path: str, batch_size: int, device: str, decode_on: str, buffer_size: str,
+                     read_aheads: list[int], part_sizes: list[str]) -> dict[str, Any]:
+    """First epochs of fresh loaders for every ``TABLOADER_READ_AHEAD`` x part size."""
+    from tabloader.loader.reader import READ_AHEAD_ENV
+
+    results = {}
+    before = os.environ.get(READ_AHEAD_ENV)
+    try:
+        for ahead in read_aheads:
+            os.environ[READ_AHEAD_ENV] = str(ahead)
+            for part_size in part_sizes:
+                size = None if part_size == "default" else part_size
+                results[f"read_ahead={ahead} part_size={part_size}"] = first_epoch(
+                    path, batch_size, device, decode_on, buffer_size, size)
+    finally:
+        if before is None:
+            os.environ.pop(READ_AHEAD_ENV, None)
+        else:
+            os.environ[READ_AHEAD_ENV] = before
+    return results
+
+
+def kvikio_variants(out_dir: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The variants again in a process per ``KVIKIO_NTHREADS`` value (libcudf reads it once)."""
+    results = {}
+    for threads in args.kvikio_threads:
+        sub_dir = os.path.join(out_dir, f"kvikio{threads}")
+        command = [sys.executable, os.path.abspath(__file__), sub_dir, "--device", args.device, "--decode", args.decode,
+                   "--rows", str(args.rows), "--files", str(args.files), "--buffer-size", args.buffer_size,
+                   "--data", args.data, "--variants-only", "--batch-sizes", *map(str, args.batch_sizes),
+                   "--read-ahead", *map(str, args.read_ahead), "--part-sizes", *args.part_sizes]
+        subprocess.run(command, check=True, env={**os.environ, "KVIKIO_NTHREADS": str(threads)})
+        with open(os.path.join(sub_dir, "stages.json")) as f:
+            results[f"KVIKIO_NTHREADS={threads}"] = json.load(f)["runs"]
+    return results
+
+
 def trace(out_dir: str, path: str, batch_size: int, device: str, decode_on: str, buffer_size: str,
           batches: int) -> str | None:
     """A torch.profiler chrome trace of ``batches`` batches of a resident epoch (torch adapter)."""
@@ -177,6 +242,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default=os.path.join("/tmp", "tabloader_bench", "criteo_pre"))
     parser.add_argument("--trace", action="store_true", help="write torch.profiler traces")
     parser.add_argument("--trace-batches", type=int, default=100)
+    parser.add_argument("--read-ahead", type=int, nargs="+", default=[1, 2],
+                        help="TABLOADER_READ_AHEAD values to time first epochs with")
+    parser.add_argument("--part-sizes", nargs="+", default=["default"],
+                        help="dataset part sizes to time first epochs with ('default': the dataset's own)")
+    parser.add_argument("--kvikio-threads", type=int, nargs="*", default=[],
+                        help="KVIKIO_NTHREADS values (cuDF's file reads: --decode cuda), each in a process of its own")
+    parser.add_argument("--variants-only", action="store_true", help=argparse.SUPPRESS)  # a kvikio process
     args = parser.parse_args(argv)
 
     os.makedirs(args.out_dir, exist_ok=True)
@@ -184,10 +256,22 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"device": device_name(args.device), "decode": args.decode, "rows": args.rows,
                               "files": args.files, "buffer_size": args.buffer_size, "runs": {}}
     lines = [f"device {report['device']}, decode on {args.decode}, {args.rows:,} rows in {args.files} files"]
+    cold = first_epoch(path, args.batch_sizes[0], args.device, args.decode, args.buffer_size)
+    report["first epoch in the process"] = cold
+    lines.append(f"first epoch in the process (batch {args.batch_sizes[0]}): "
+                 f"{cold['first epoch rows_per_s'] / 1e6:.2f}M rows/s")
     for bs in args.batch_sizes:
+        variants = profile_variants(path, bs, args.device, args.decode, args.buffer_size, args.read_ahead,
+                                    args.part_sizes)
+        report["runs"][str(bs)] = {"variants": variants}
+        lines += [f"batch {bs}: variant {name:38s} first epoch {r['first epoch rows_per_s'] / 1e6:7.2f}M rows/s, "
+                  f"next {r['next epoch rows_per_s'] / 1e6:7.2f}M rows/s ({r['partitions']} partitions)"
+                  for name, r in variants.items()]
+        if args.variants_only:
+            continue
         stages = profile_stages(path, bs, args.device, args.decode, args.buffer_size)
         epochs = profile_epochs(path, bs, args.device, args.decode, args.buffer_size)
-        report["runs"][str(bs)] = {"stages": stages, "epochs": epochs}
+        report["runs"][str(bs)].update(stages=stages, epochs=epochs)
         lines.append(f"batch {bs}: {stages['chunks']} chunks, {stages['batches']} batches")
         for stage, seconds in stages["seconds"].items():
             rate = stages["rows_per_s"][stage]
@@ -199,6 +283,12 @@ def main(argv: list[str] | None = None) -> None:
             traced = trace(args.out_dir, path, bs, args.device, args.decode, args.buffer_size, args.trace_batches)
             if traced:
                 lines.append(f"  trace: {traced}")
+    if args.kvikio_threads and not args.variants_only:
+        report["kvikio"] = kvikio_variants(args.out_dir, args)
+        lines += [f"{setting} batch {bs}: variant {name:38s} first epoch "
+                  f"{r['first epoch rows_per_s'] / 1e6:7.2f}M rows/s, next {r['next epoch rows_per_s'] / 1e6:7.2f}M rows/s"
+                  for setting, runs in report["kvikio"].items() for bs, run in runs.items()
+                  for name, r in run["variants"].items()]
     text = "\n".join(lines)
     print(text, flush=True)
     for name, content in (("stages.json", json.dumps(report, indent=1)), ("stages.txt", text + "\n")):

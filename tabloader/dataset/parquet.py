@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_null
                                               fixed_widths, hive_keys, in_memory_bytes, int96_columns, key_columns,
                                               names_by_field_id, read_footer)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
+from tabloader.filesystems import is_local
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,10 @@ class ParquetSource(Source):
         metadata = [f.metadata for f in footers]
         # INT96 columns (stored names) are decoded on the host for cuDF; the CPU reader needs no list
         self._int96 = frozenset().union(*(int96_columns(m) for m in metadata)) if self.device == "cuda" else frozenset()
+        # cuDF reads the pieces of a partition in one call when their files share a parquet schema
+        # (kept as a number per distinct schema: the source travels to Dask's workers)
+        schemas: dict[str, int] = {}
+        self._schema_ids = {p: schemas.setdefault(schema_text(m), len(schemas)) for p, m in zip(files.paths, metadata)}
         names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)
@@ -163,7 +168,10 @@ class ParquetSource(Source):
             # The partition's table is ours alone: its columns need not be copied into the frame.
             return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable, copy=False)
         target = self.target_schema(columns)
-        frames = [self._read_piece_frame(piece, target) for piece in _merge_pieces(self.partitions[index])]
+        pieces = _merge_pieces(self.partitions[index])
+        runs = read_together(pieces, self._reads_together) if target.names else [[piece] for piece in pieces]
+        frames = [self._read_piece_frame(run[0], target) if len(run) == 1 else self._read_run_frame(run, target)
+                  for run in runs]
         if not frames:
             return backend.from_arrow(target.empty_table(), self.device)
         return frames[0] if len(frames) == 1 else backend.concat(frames, ignore_index=True)
@@ -216,7 +224,9 @@ class ParquetSource(Source):
                                              filesystem=self.files.fs, host_columns=self._int96)
             except Exception as exc:
                 raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
-            frame = frame.rename(columns={stored: name for name, stored in names.items()})  # a table's older names
+            if any(name != stored for name, stored in names.items()):  # a table's older names
+                # in place: cuDF's rename would copy every column
+                frame.columns = [{stored: name for name, stored in names.items()}.get(c, c) for c in frame.columns]
         if keys.num_columns:
             rows = piece.num_rows if frame is None else len(frame)
             one_row = backend.from_arrow(keys, self.device)
@@ -235,6 +245,26 @@ class ParquetSource(Source):
                 frame[field.name] = nulls[field.name]
         # The dtypes of the meta, whatever the file's own: as _conform does for arrow tables.
         return conform_dtypes(frame, self._device_dtypes[target.names], piece.path)
+
+    def _reads_together(self, first: Piece, second: Piece) -> bool:
+        """Whether cuDF can read ``second`` in the same call as ``first``: files of one parquet
+        schema on the local disk (remote files would be fetched whole for uneven row group
+        selections), columns under their own names, no hive keys or INT96 columns to add."""
+        return (self._names_in_files is None and not self.partition_keys and not self._int96
+                and first.row_groups is not None and second.row_groups is not None and is_local(self.files.fs)
+                and self._schema_ids[first.path] == self._schema_ids[second.path])
+
+    def _read_run_frame(self, run: Sequence[Piece], target: Any) -> Any:
+        """The pieces of ``run`` (files that read together) as one frame on the device, by one
+        cuDF read: libcudf reads and decodes all their column chunks at once, with no call and
+        no concatenation copy per file."""
+        paths = [piece.path for piece in run]
+        try:
+            frame = backend.read_parquet_files(paths, list(target.names), [piece.row_groups for piece in run],
+                                               device=self.device, filesystem=self.files.fs)
+        except Exception:  # read them one by one: the error names the file it comes from
+            return backend.concat([self._read_piece_frame(piece, target) for piece in run], ignore_index=True)
+        return conform_dtypes(frame, self._device_dtypes[target.names], paths[0])
 
     @functools.cached_property
     def _device_dtypes(self) -> Any:
@@ -287,6 +317,40 @@ def _renamed(table: Any, names: Mapping[str, str]) -> Any:
 def _naming(exc: Exception, where: str) -> Exception:
     """``exc`` with ``where`` in front of its message, of the same type (raise it ``from exc``)."""
     return type(exc)(f"{where}: {error_message(exc)}")
+
+
+def schema_text(metadata: Any) -> str:
+    """A parquet file's schema (``FileMetaData``) as text: columns, physical and logical types,
+    repetition; files with equal texts have the schema libcudf asks of files read together.
+
+    Example:
+        >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+        >>> pq.write_table(pa.table({"id": [1]}), path)
+        >>> print(schema_text(pq.read_metadata(path)), end="")
+        required group field_id=-1 schema {
+          optional int64 field_id=-1 id;
+        }
+    """
+    return str(metadata.schema).partition("\n")[2]  # the first line is the Python object's address
+
+
+def read_together(pieces: Sequence[Piece], together: Callable[[Piece, Piece], bool]) -> list[list[Piece]]:
+    """``pieces`` cut into runs of consecutive pieces that one call reads: a piece joins the run
+    of the piece before it when ``together(before, piece)``.
+
+    Example:
+        >>> pieces = [Piece(p, (0,), 1, 1) for p in ["a", "b", "c"]]
+        >>> [[p.path for p in run] for run in read_together(pieces, lambda x, y: y.path != "c")]
+        [['a', 'b'], ['c']]
+    """
+    runs: list[list[Piece]] = []
+    for piece in pieces:
+        if runs and together(runs[-1][-1], piece):
+            runs[-1].append(piece)
+        else:
+            runs.append([piece])
+    return runs
 
 
 def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:

@@ -7,8 +7,9 @@ touches one contiguous span per row instead of one cache line per value; column-
 is copied from arrow into pinned memory contiguously. Its buffers are preallocated and
 reused in turn, so the loader's memory is bounded by the chunk size whatever the dataset size.
 There is one fill path for every device: rows decoded on the host (pyarrow) are packed in host
-staging -- the buffers themselves on the CPU, pinned memory copied to the GPU once per chunk --
-rows decoded on the device (cuDF) straight into the buffers, and resident rows
+staging -- the buffers themselves on the CPU; on a GPU pinned memory (allocated on first use),
+copied to the GPU partition by partition while the next one is packed -- rows decoded on the
+device (cuDF) straight into the buffers, and resident rows
 (:class:`PackedRows`, already packed on the device) are copied there. :class:`Chunk` is the
 packed result the shuffler and the batcher work on.
 """
@@ -64,6 +65,29 @@ class PackedRows:
         return sum(int(a.nbytes) for a in arrays)
 
 
+class HostStaging(dict):
+    """dtype -> the host staging (:func:`tabloader.backend.host_staging`) of ``buffers[dtype]``,
+    allocated when first asked for: rows decoded on the device (cuDF) are packed straight into
+    the buffers and never need it, and pinned memory takes long to allocate (the driver locks
+    every page).
+
+    Example:
+        >>> import numpy as np
+        >>> buffers = {"int64": np.zeros((2, 1), "int64")}
+        >>> staging = HostStaging(buffers)
+        >>> len(staging), staging["int64"] is buffers["int64"], len(staging)
+        (0, True, 1)
+    """
+
+    def __init__(self, buffers: dict[str, Any]) -> None:
+        super().__init__()
+        self._buffers = buffers
+
+    def __missing__(self, dtype: str) -> Any:
+        self[dtype] = staging = backend.host_staging(self._buffers[dtype])
+        return staging
+
+
 class ChunkBuffer:
     """Packs the rows of a chunk into reusable buffers on the device.
 
@@ -73,7 +97,8 @@ class ChunkBuffer:
     contiguous copy from the host. ``slots`` buffers are kept
     and reused in turn (two when prefetching: the chunk being consumed and the next one), so
     memory stays at ``slots x rows_per_chunk`` rows whatever the dataset size. On the GPU,
-    rows decoded by pyarrow are packed in pinned host memory and copied once per chunk.
+    rows decoded by pyarrow are packed in pinned host memory, each partition's rows copied
+    while the next partition's are packed.
 
     Example:
         >>> import pyarrow as pa
@@ -105,7 +130,7 @@ class ChunkBuffer:
         """The buffers of slot ``index`` on the device and their host staging (allocated once)."""
         if self._slots[index] is None:
             buffers = self._empty(self.max_rows)
-            self._slots[index] = (buffers, {d: backend.host_staging(b) for d, b in buffers.items()})
+            self._slots[index] = (buffers, HostStaging(buffers))
         return self._slots[index]
 
     def fill(self, spec: ChunkSpec, sources: Iterable[Any]) -> Chunk:
@@ -127,15 +152,16 @@ class ChunkBuffer:
         """Every row of a decoded partition packed into new arrays on the device."""
         rows = table.num_rows if hasattr(table, "num_rows") else len(table)
         buffers = self._empty(rows)
-        staging = {d: backend.host_staging(b) for d, b in buffers.items()}
-        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, staging)
+        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, HostStaging(buffers))
         return PackedRows(buffers, lists)
 
     def _pack(self, segments: Sequence[Segment], sources: Iterable[Any], buffers: dict[str, Any],
               staging: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
         """Write the segments' rows one after the other into ``buffers``; return the list
-        columns as (values, offsets) on the device."""
-        row, uploads = 0, []
+        columns as (values, offsets) on the device. Rows packed in host staging are copied to
+        the device as soon as their segment is packed, so that the copy overlaps packing the
+        next segment; all copies are waited for before returning."""
+        row, copies = 0, None  # copies: the stream of the copies to the device, waited for at the end
         lists: dict[str, list[tuple[Any, Any]]] = {name: [] for name in self.layout.lists}
         for seg, source in zip(segments, sources):
             stop = row + seg.num_rows
@@ -148,12 +174,13 @@ class ChunkBuffer:
                 decoded_on_host = backend.on_host(source)
                 _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
                 if decoded_on_host:
-                    uploads.append((row, stop))
+                    copies = backend.copy_rows(buffers, staging, [(row, stop)], wait=False)
                 for name, parts in lists.items():
                     parts.append(_list_rows(source, seg, name))
             row = stop
             del source  # not held while the next source is produced (and the one after it decoded)
-        backend.copy_rows(buffers, staging, uploads)
+        if copies is not None:
+            copies.synchronize()
         xp = self.xp
         return {name: concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)
                 for name, parts in lists.items()}
@@ -163,20 +190,31 @@ def _pack_table(layout: ColumnLayout, table: Any, seg: Segment, target: dict[str
     """Write the rows of ``seg`` of a decoded partition into ``target[dtype][row:]``."""
     for rows, column in _pieces(table, seg):
         for dtype, names in layout.groups.items():
-            _pack_rows(target[dtype], row, [column(c) for c in names])
+            _pack_rows(target[dtype], row, [column(c, dtype) for c in names])
         row += rows
 
 
 def _pieces(table: Any, seg: Segment) -> Iterator[tuple[int, Any]]:
-    """``(rows, column)`` pieces of the rows of ``seg``: ``column(name)`` is that piece of a
-    column as an array of the table's device. A pyarrow Table gives one piece per record batch
-    (numpy, zero-copy without nulls; booleans copy), a frame (cuDF) one piece."""
+    """``(rows, column)`` pieces of the rows of ``seg``: ``column(name, dtype)`` is that piece
+    of a column as an array of the table's device (of ``dtype`` or one that copies into it;
+    nulls of a float column as NaN). A pyarrow Table gives one piece per record batch (numpy,
+    zero-copy without nulls; booleans copy), a frame (cuDF) one piece: each column's values as
+    a whole (zero-copy without nulls), then sliced as an array. Slicing the frame itself would
+    make libcudf count the nulls of every slice of a column with a validity mask (parquet's
+    optional columns have one, null or not): a wait for the device per column.
+    """
     if _is_arrow(table):
         for batch in table.slice(seg.start, seg.num_rows).to_batches():
-            yield batch.num_rows, lambda name, b=batch: b.column(name).to_numpy(zero_copy_only=False)
+            yield batch.num_rows, lambda name, dtype, b=batch: b.column(name).to_numpy(zero_copy_only=False)
     else:
-        part = table.iloc[seg.start:seg.stop]
-        yield len(part), lambda name: backend.column_values(part[name])
+        yield seg.num_rows, lambda name, dtype: _frame_values(table[name], dtype)[seg.start:seg.stop]
+
+
+def _frame_values(column: Any, dtype: str) -> Any:
+    """A frame column's values for a buffer of ``dtype``: float columns with their nulls as NaN
+    (the seam replaces them without counting the NaN, a wait on a GPU), others as they are (the
+    reader refused their nulls)."""
+    return backend.column_values(column, dtype if np.dtype(dtype).kind == "f" else None)
 
 
 def _is_arrow(table: Any) -> bool:

@@ -20,7 +20,7 @@ from tabloader.loader.buffer import Chunk, ChunkBuffer, _list_rows
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.plan import ChunkSpec, PartitionPlan, Segment
 from tabloader.loader.prefetch import Prefetcher
-from tabloader.loader.reader import PartitionReader, ReadAhead
+from tabloader.loader.reader import PartitionReader, ReadAhead, read_ahead
 from tabloader.loader.resident import ResidentPartitions
 from tabloader.loader.shuffle import Shuffler
 from tabloader.sizes import parse_size
@@ -47,8 +47,8 @@ class Loader:
             ``state_dict()``, so a run can still be resumed); not with several ranks, which must
             share one seed to read disjoint rows.
         device: ``"cpu"`` (numpy) or ``"cuda"`` / ``"cuda:N"`` (CuPy; decoded by cuDF when the
-            dataset is a cuDF one, else by pyarrow and copied to the GPU once per chunk from
-            pinned memory). ``"cuda"`` is the GPU current when the loader is built; the
+            dataset is a cuDF one, else by pyarrow and copied to the GPU from pinned memory,
+            one copy per dtype and partition of a chunk). ``"cuda"`` is the GPU current when the loader is built; the
             loader's threads work on that GPU whatever the calling thread's current one.
         categorical, continuous, target: column names overriding the schema's CATEGORICAL,
             CONTINUOUS and TARGET tags (``[]`` for none).
@@ -66,7 +66,9 @@ class Loader:
             padded by repeating rows from the start of the epoch (as DistributedSampler does).
             Without shuffle, rank ``r`` reads rows ``[r * per_rank, (r + 1) * per_rank)`` in
             dataset order (``per_rank = ceil(rows / global_size)``): the padding comes last.
-        prefetch: build the next chunk on a background thread.
+        prefetch: build the next chunk on a background thread, and decode the next partition
+            on another one (``TABLOADER_READ_AHEAD=n``: the next ``n`` partitions at once, see
+            :func:`~tabloader.loader.reader.read_ahead`).
         resident: keep the partitions read on the loader's device (GPU memory on ``"cuda"``,
             host memory on the CPU) for later epochs, which then only copy, shuffle and slice
             their rows: ``True`` for all of them, or a byte budget (``"8GB"`` or an int) --
@@ -213,7 +215,7 @@ class Loader:
         resident = self.resident.snapshot() if self.resident is not None else frozenset()
         reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments
                                         if seg.partition not in resident],
-                                       ahead=1 if self.prefetch else 0, context=self._on_device)
+                                       ahead=read_ahead() if self.prefetch else 0, context=self._on_device)
         build = lambda spec: self._build(buffer, reads, spec, epoch, resident)  # noqa: E731
         source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
         batches = self.batcher.batches(source, start, self.plan.rows_per_rank, convert)

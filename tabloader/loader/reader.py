@@ -5,13 +5,15 @@ groups straight into a memory pool that keeps its pages, since page faults cost 
 decoding), or as cuDF frames on the GPU, with a fitted workflow applied when the dataset is a
 transformed one. It checks the columns and nulls up front, so that a bad file fails with a
 :class:`LoaderReadError` naming the file and column rather than deep in a framework.
-:class:`ReadAhead` decodes the next partitions on a thread of its own (pyarrow releases the
-GIL), so decoding overlaps with packing the previous partition.
+:class:`ReadAhead` decodes the next partitions on threads of their own (pyarrow and libcudf
+release the GIL), so decoding overlaps with packing the previous partition; how many partitions
+are decoded ahead at once is :func:`read_ahead` (``TABLOADER_READ_AHEAD``, default 1).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable, ContextManager, Sequence
 
 from tabloader import backend
@@ -105,8 +107,10 @@ class PartitionReader:
 
 
 class ReadAhead:
-    """Decodes the next ``ahead`` partitions of a known order on a thread of its own, so that
-    decoding (pyarrow, GIL released) overlaps with packing the previous partition.
+    """Decodes the next ``ahead`` partitions of a known order on ``ahead`` threads of their own
+    (one with ``ahead=0``), so that decoding (pyarrow or libcudf, GIL released) overlaps with
+    packing the previous partition, and, with ``ahead > 1``, one partition's decoding with
+    another's reading of its files.
 
     ``get(i)`` must be called in the announced order (a partition asked for twice in a row,
     when it is split between two chunks, is decoded once). The thread decodes inside
@@ -131,7 +135,7 @@ class ReadAhead:
         self._next = 0
         self._futures: Any = collections.deque()
         self._last: tuple[int, Any] | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tabloader-read")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, self._ahead), thread_name_prefix="tabloader-read")
 
     def get(self, partition: int) -> Any:
         if self._last is not None and self._last[0] == partition:
@@ -161,6 +165,27 @@ class ReadAhead:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+#: Partitions decoded ahead of the one being packed, at once, each on a thread of its own.
+READ_AHEAD_ENV = "TABLOADER_READ_AHEAD"
+
+
+def read_ahead() -> int:
+    """How many partitions a prefetching loader decodes ahead at once: ``TABLOADER_READ_AHEAD``
+    (an integer >= 1), by default 1. One keeps the decoder busy while the loader packs; more
+    overlap one partition's file reads with another's decoding (pyarrow's threads or the GPU
+    may then idle less), for the memory of as many more decoded partitions.
+    ``tools/gpu_profile_loader.py --read-ahead 1 2`` times both.
+
+    Example:
+        >>> read_ahead()
+        1
+    """
+    value = os.environ.get(READ_AHEAD_ENV, "1").strip()
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{READ_AHEAD_ENV}={value!r}: give the number of partitions to decode ahead, an integer >= 1")
+    return int(value)
 
 
 _POOL: list[Any] = []
