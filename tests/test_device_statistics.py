@@ -3,7 +3,7 @@
 of operator outputs put together on the GPU without reindexing (``frame_from_columns``).
 
 Each result is compared with numpy/pandas by hand; the ``cuda`` cases (marked ``gpu``) run the
-same inputs through CuPy and cuDF.
+same inputs through CuPy, and those marked ``cudf`` through cuDF.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_host_floats_keeps_order_and_values(device):
     assert backend.host_floats(numbers) == [2.5, 3.0, np.inf]
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_cudf_frame_from_columns_is_positional_and_turns_array_nan_to_null(monkeypatch):
     cudf, cp = backend.cudf(), backend.cupy()
     frame = cudf.DataFrame({"a": [1.0, None, 3.0], "b": [1, 2, 3]}, index=[10, 20, 30])
@@ -59,7 +59,7 @@ def test_a_cudf_frame_from_columns_is_positional_and_turns_array_nan_to_null(mon
     pd.testing.assert_frame_equal(host.astype("float64"), expected.astype("float64"))
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_cudf_frame_from_columns_aligns_a_series_on_other_labels_as_pandas_does():
     cudf = backend.cudf()
     frame = cudf.DataFrame({"b": [3, 1, 2]}, index=[10, 20, 30])
@@ -69,7 +69,7 @@ def test_a_cudf_frame_from_columns_aligns_a_series_on_other_labels_as_pandas_doe
     pd.testing.assert_frame_equal(out.to_pandas(), expected, check_dtype=False)
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_cudf_values_with_nulls_as_nan_are_taken_without_a_reduction(monkeypatch):
     """``column_values(series, float dtype)`` of a cuDF column with nulls: nulls become NaN (and
     NaN stays NaN) without cuDF counting the NaN first (a reduction: a wait for the device)."""

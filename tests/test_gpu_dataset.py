@@ -3,8 +3,8 @@ sources, and a workflow on a ``dask_cuda.LocalCUDACluster``.
 
 Every cuDF result is compared with what the CPU path gives for the same files (a cuDF partition
 must equal the pandas partition converted) or with a computation by hand in pandas. The tests
-marked ``gpu`` skip where no CUDA device is usable; the others check the CPU side of the same
-code (option checks, dtype conforming) and run everywhere.
+marked ``cudf`` (``gpu`` tests needing cuDF) skip where no CUDA device or no cuDF is usable; the
+others check the CPU side of the same code (option checks, dtype conforming) and run everywhere.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ import tabloader as tl
 from tabloader import ops
 from tabloader.dataset.source import conform_dtypes
 from tabloader.dataset.writing import cudf_compression
-
-gpu = pytest.mark.gpu
-
 
 # --- data written by pyarrow, without pandas' metadata -------------------------------------------
 def write_files(root) -> str:
@@ -77,7 +74,7 @@ def assert_same_rows(actual: pa.Table, expected: pa.Table) -> None:
 
 
 # --- reading -------------------------------------------------------------------------------------
-@gpu
+@pytest.mark.cudf
 def test_cudf_partitions_equal_the_pandas_partitions_converted(tmp_path):
     import cudf
 
@@ -98,7 +95,7 @@ def test_cudf_partitions_equal_the_pandas_partitions_converted(tmp_path):
     assert list(subset.columns) == ["t", "day", "id"]
 
 
-@gpu
+@pytest.mark.cudf
 def test_cudf_partitions_of_files_on_an_fsspec_file_system_equal_the_pandas_ones(tmp_path):
     import fsspec
 
@@ -115,7 +112,7 @@ def test_cudf_partitions_of_files_on_an_fsspec_file_system_equal_the_pandas_ones
         fs.rm(root, recursive=True)
 
 
-@gpu
+@pytest.mark.cudf
 def test_cudf_dataset_refuses_nested_types_naming_the_column(tmp_path):
     pq.write_table(pa.table({"a": [1, 2], "st": [{"x": 1}, {"x": 2}]}), tmp_path / "f.parquet")
     with pytest.raises(TypeError, match="column 'st' has type struct"):
@@ -149,7 +146,7 @@ def forbid_host_copies(monkeypatch) -> None:
         monkeypatch.setattr(cudf.DataFrame, name, refuse)
 
 
-@gpu
+@pytest.mark.cudf
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_cudf_dataset_is_written_by_cudf_from_the_device_like_the_cpu_writes_it(tmp_path, monkeypatch, shuffle):
     path = write_files(tmp_path / "raw")
@@ -174,7 +171,7 @@ def test_cudf_dataset_is_written_by_cudf_from_the_device_like_the_cpu_writes_it(
     assert_same_rows(arrow_of(back), arrow_of(tl.Dataset(cpu_out, device="cpu").compute()))
 
 
-@gpu
+@pytest.mark.cudf
 def test_cudf_writer_refuses_a_codec_it_lacks_naming_the_option(tmp_path):
     ds = tl.Dataset(pd.DataFrame({"a": [1, 2]}), device="cuda")
     with pytest.raises(ValueError, match="compression='brotli'"):
@@ -201,7 +198,7 @@ def test_conform_dtypes_casts_to_the_dataset_dtypes_and_names_the_file_and_colum
 
 
 # --- Dask ----------------------------------------------------------------------------------------
-@gpu
+@pytest.mark.cudf
 def test_to_ddf_of_a_cudf_dataset_is_a_dask_cudf_collection(tmp_path):
     dask_cudf = pytest.importorskip("dask_cudf")
 
@@ -212,7 +209,7 @@ def test_to_ddf_of_a_cudf_dataset_is_a_dask_cudf_collection(tmp_path):
     assert_same_rows(arrow_of(ddf.compute().reset_index(drop=True)), arrow_of(expected))
 
 
-@gpu
+@pytest.mark.cudf
 def test_a_dask_cudf_dataframe_is_a_source_on_either_device():
     import cudf
 
@@ -238,7 +235,7 @@ def test_a_dask_cudf_dataframe_is_a_source_on_either_device():
     assert isinstance(on_host.compute(), pd.DataFrame) and on_host.compute()["c"].tolist() == ids
 
 
-@gpu
+@pytest.mark.cudf
 def test_frames_of_either_device_are_moved_to_the_dataset_device():
     import cudf
 
@@ -262,7 +259,7 @@ def expected_criteo_like(frame: pd.DataFrame, freq_threshold: int) -> pd.DataFra
     return pd.DataFrame({"c": c, "x": (x - x.mean()) / x.std(), "label": frame["label"]})
 
 
-@gpu
+@pytest.mark.cudf
 def test_workflow_on_a_local_cuda_cluster_equals_pandas(tmp_path):
     import distributed
 
@@ -294,7 +291,7 @@ def test_workflow_on_a_local_cuda_cluster_equals_pandas(tmp_path):
     np.testing.assert_allclose(result["x"].to_numpy(np.float64), expected["x"], rtol=1e-6, atol=1e-5)  # float32 out
 
 
-@gpu
+@pytest.mark.cudf
 def test_arrow_schema_of_a_cudf_frame_with_an_index_names_only_its_columns():
     import cudf
 

@@ -41,7 +41,7 @@ def test_opt_out_leaves_the_resource_alone(monkeypatch):
     assert backend.ensure_rmm_pool() is False
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_gpu_dataset_installs_the_async_pool_once(tmp_path):
     import pandas as pd
 
@@ -59,7 +59,7 @@ def test_a_gpu_dataset_installs_the_async_pool_once(tmp_path):
     assert out == "CudaAsyncMemoryResource True True 3.0"
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_resource_chosen_before_is_kept():
     out = run_python("""
         import rmm
@@ -71,7 +71,7 @@ def test_a_resource_chosen_before_is_kept():
     assert out == "False True"
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_the_opt_out_keeps_rmm_default():
     out = run_python("""
         import rmm
@@ -94,7 +94,7 @@ def test_the_cpu_partition_size_stays_128mb(tmp_path):
     assert tl.Dataset(write_rows(tmp_path), device="cpu").part_size == 128_000_000
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_gpu_dataset_takes_a_64th_of_the_gpu_memory_per_partition(tmp_path):
     import cupy as cp
 

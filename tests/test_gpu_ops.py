@@ -4,8 +4,8 @@ Each case of :data:`op_cases.CASES` (the parameter tables the CPU operator tests
 each device: the graph is fit over many partitions of the data on that device and compared
 with the same graph fit on one pandas partition -- outputs (integer ids exactly, floats within
 1e-6 relative), fitted state, and saved workflows, which must load and transform on both
-devices. The ``cpu`` half runs everywhere; the ``cuda`` half is marked ``gpu`` and skips where
-no CUDA device is usable. The other ``gpu`` tests check that no case whose operators declare the
+devices. The ``cpu`` half runs everywhere; the ``cuda`` half is marked ``cudf`` (a ``gpu`` test
+needing cuDF) and skips where no CUDA device or no cuDF is usable. The other ``cudf`` tests check that no case whose operators declare the
 GPU, and no whole Criteo workflow over a cuDF dataset, copies a partition to the host, that a
 run of host-only operators costs one copy, and that the device hashes have the CPU's bits.
 """
@@ -31,7 +31,7 @@ import op_cases
 from encoding_reference import NULL_HASH, py_hash
 from op_cases import CASES, FRAMES
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cudf)]
 MANY_PARTS = 4000  # bytes per partition: every frame of op_cases splits into several partitions
 
 
@@ -148,7 +148,7 @@ def test_operator_on_device_equals_pandas(case, device, tmp_path):
         assert_same_frame(loaded.transform(data), expected, f"{case.id}: {path}, loaded on {device}")
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 @pytest.mark.parametrize("case", [c for c in CASES if c.id.startswith("Categorify")], ids=lambda c: c.id)
 def test_counts_merged_as_host_tables_give_the_same_vocabularies(case, monkeypatch):
     from tabloader.encoding.gpu import counting
@@ -162,7 +162,7 @@ def test_counts_merged_as_host_tables_give_the_same_vocabularies(case, monkeypat
     assert_same_frame(wf.transform(data), reference.transform(frame), f"{case.id}: merged on the host")
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_fill_median_with_a_fractional_median_gives_float64_in_every_cudf_partition():
     frame = pd.DataFrame({"k": pd.array([1, 2, 3, 4, None, 1, 2, 3, 4, None], dtype="Int64")})
     wf = Workflow(["k"] >> ops.FillMedian(), progress=False).fit(on_device(frame, "cuda"))
@@ -221,7 +221,7 @@ class HostCopies:
         return guarded
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_whole_criteo_workflow_over_a_cudf_dataset_never_copies_a_partition_to_the_host(tmp_path, monkeypatch):
     from tabloader import demo, synthetic
 
@@ -247,7 +247,7 @@ def runs_on_the_gpu(case) -> bool:
     return all("cuda" in backend.runs_on(n.op) for n in Node.coerce(case.build()).walk() if isinstance(n, OpNode))
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 @pytest.mark.parametrize("case", [c for c in CASES if runs_on_the_gpu(c)], ids=lambda c: c.id)
 def test_an_operator_that_runs_on_the_gpu_never_copies_a_partition_to_the_host(case, monkeypatch):
     """Fit and transform of every parity case whose operators declare the GPU -- list columns,
@@ -264,7 +264,7 @@ def test_an_operator_that_runs_on_the_gpu_never_copies_a_partition_to_the_host(c
     assert_same_frame(got, expected, f"{case.id} on the GPU without host copies")
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_cudf_side_table_stays_on_the_gpu_and_is_saved_as_data(tmp_path, monkeypatch):
     frame, side = FRAMES["misc"](), op_cases.user_features()
     data, side_on_gpu = on_device(frame, "cuda"), on_device(side, "cuda")
@@ -300,7 +300,7 @@ class HostOnlyDouble(ops.Operator):
         return frame[columns] * 2
 
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_a_run_of_host_only_operators_costs_one_copy_of_each_partition(monkeypatch):
     frame = FRAMES["numeric"]()
     graph = (["a", "c"] >> HostOnlyDouble() >> HostOnlyDouble() >> ops.LogOp()) + (["b"] >> ops.Normalize())
@@ -317,7 +317,7 @@ def test_a_run_of_host_only_operators_costs_one_copy_of_each_partition(monkeypat
 
 
 # --- the device hashes have the CPU's bits ----------------------------------------------------
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_device_hashes_of_strings_numbers_and_sliced_columns_match_the_python_reference():
     from tabloader.encoding import gpu
 
@@ -325,8 +325,9 @@ def test_device_hashes_of_strings_numbers_and_sliced_columns_match_the_python_re
     ints = [0, -1, 2**63 - 1, -(2**63), 7, None]
     uints = [2**64 - 1, 2**63, 5, None]
     floats = [3.0, -0.0, 2.5, 1e300, float("nan"), -7.0]
-    for values, arrow_type in [(strings, pa.string()), (ints, pa.int64()), (uints, pa.uint64()),
-                               (floats, pa.float64())]:
+    repeated = ["b", None, None, "pear", "b", "pear"]  # sliced at 1 and 2: null rows first
+    for values, arrow_type in [(strings, pa.string()), (repeated, pa.string()), (ints, pa.int64()),
+                               (uints, pa.uint64()), (floats, pa.float64())]:
         series = backend.from_arrow(pa.table({"c": pa.array(values, type=arrow_type)}), "cuda")["c"]
         for start in (0, 1, 2):  # sliced columns start at an offset into their buffers
             col = gpu.normalize_column("Test", "c", series.iloc[start:])

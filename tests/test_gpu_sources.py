@@ -7,8 +7,8 @@ decimals.
 
 Every cuDF partition must equal the CPU partition converted to cuDF (``cudf.DataFrame.from_arrow``
 of its arrow table: cuDF has no date type, its dates are datetime64[s] on both sides), dtypes and
-values. The tests marked ``gpu`` skip where no CUDA device is usable; the others check on the CPU
-the helpers the GPU path relies on.
+values. The tests marked ``cudf`` (``gpu`` tests needing cuDF) skip where no CUDA device or no
+cuDF is usable; the others check on the CPU the helpers the GPU path relies on.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tabloader.dataset.parquet_layout import int96_columns
 from tabloader.dataset.source import conform_dtypes
 from tabloader.loader import Loader
 
-gpu = pytest.mark.gpu
+gpu = pytest.mark.cudf  # a gpu test needing cuDF (the root conftest.py)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SPARK_TYPES = ["id", "byte", "short", "int", "long", "float", "double", "flag", "color", "day", "ts", "ts_ntz",
                "dec_int32", "dec_int64", "dec_fixed", "ints", "words"]  # all but the binary column

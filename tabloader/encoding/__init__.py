@@ -42,11 +42,12 @@ vocabulary the same order, so CPU and GPU give identical ids):
   found by ``cupy.searchsorted`` and an equality check; strings by a device join
   (``cudf.Index.get_indexer``); several columns as combined codes.
 * ``assign_ids`` (contract ids from positions) -- CPU: numpy ``putmask`` / ``flatnonzero``.
-  GPU: the same array code with CuPy.
+  GPU: CuPy ``where`` over every row (out-of-vocabulary rows hashed without selecting them:
+  a selection reads its count back from the device).
 * ``hash_values``, ``cross_hash`` -- CPU: ``backend.hash_int64`` (splitmix64) on numpy;
   strings FNV-1a-64 over the distinct values' UTF-8 bytes (``backend.hash_strings``). GPU:
   ``backend.hash_int64`` on CuPy arrays (pure integer arithmetic, the same bits); strings a
-  ``cupy.RawKernel``, one thread per distinct string running FNV-1a over the chars between
+  ``cupy.RawKernel``, one thread per row running FNV-1a over the chars between
   its offsets in the cuDF column (pylibcudf's offsets child and data buffer), then splitmix64.
 * ``group_rows``, ``union_keys`` -- CPU: ``pd.factorize`` per column, combined codes. GPU:
   ``Series.factorize`` / ``cupy.unique`` per column, combined codes, first rows by

@@ -81,7 +81,8 @@ class DifferenceLag(Operator):
                         diff[s:] = x[s:] - x[:-s]
                     else:
                         diff[:s] = x[:s] - x[-s:]
-                diff[~same_values] = xp.nan
+                # where, not diff[~same_values] = nan: on CuPy that reads the mask's count back
+                diff = xp.where(same_values, diff, diff.dtype.type(np.nan))
                 out[f"{col}_difference_lag_{s}"] = diff
         return backend.frame_from_columns(out, frame.index, like=frame)
 

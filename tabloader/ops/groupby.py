@@ -291,8 +291,8 @@ class JoinGroupby(CachedLookups, StatOperator):
                 is_count = generic == "count"
                 fill = 0 if is_count else np.nan
                 col = xp.where(pos >= 0, found[:, j], fill)
-                if mask is not None:
-                    col[mask] = null[generic].iloc[0] if len(null) else fill
+                if mask is not None:  # where, not col[mask] = ...: on CuPy that reads the mask's count back
+                    col = xp.where(mask, float(null[generic].iloc[0]) if len(null) else fill, col)
                 out[name] = col.astype(np.int64 if is_count else np.float64)
         return backend.frame_from_columns(out, frame.index, like=frame)
 

@@ -37,6 +37,17 @@ def _check_buckets(op: Any, num_buckets: Any, dtype: Any) -> None:
                        "use a wider dtype or fewer buckets")
 
 
+def _null_bucket(ids: Any, nulls: Any) -> Any:
+    """``ids`` with bucket 0 in the rows where ``nulls`` (a numpy/CuPy bool array, or None) is True.
+
+    By ``where``, not ``ids[nulls] = 0``: on CuPy a boolean-mask assignment reads the mask's count
+    back from the device, a wait per column and partition.
+    """
+    if nulls is None:
+        return ids
+    return backend.array_lib(ids).where(nulls, ids.dtype.type(0), ids)
+
+
 class HashBucket(Operator):
     """Hash categorical values into a fixed number of buckets (no fit needed).
 
@@ -81,10 +92,7 @@ class HashBucket(Operator):
             nb = np.uint64(self._buckets(name) - 1)
 
             def encode(col: Any, nb: np.uint64 = nb) -> Any:
-                ids = (enc.hash_values(col) % nb + np.uint64(1)).astype(self.dtype)
-                if col.mask is not None:
-                    ids[col.mask] = 0
-                return ids
+                return _null_bucket((enc.hash_values(col) % nb + np.uint64(1)).astype(self.dtype), col.mask)
 
             out[name] = enc.map_column(self, name, frame[name], encode)
         return backend.frame_from_columns(out, frame.index, like=frame)
@@ -159,10 +167,7 @@ class HashedCross(Operator):
                     raise TypeError(f"HashedCross cannot cross list column {c!r} (dtype {frame[c].dtype})")
             cols = [enc.normalize_column(self, c, frame[c]) for c in group]
             ids = (enc.cross_hash(cols) % np.uint64(int(nb) - 1) + np.uint64(1)).astype(self.dtype)
-            all_null = enc.null_mask(cols, "all")
-            if all_null is not None:
-                ids[all_null] = 0
-            out[name] = ids
+            out[name] = _null_bucket(ids, enc.null_mask(cols, "all"))
         return backend.frame_from_columns(out, frame.index, like=frame)
 
     def dependencies(self) -> list[str]:

@@ -127,14 +127,16 @@ class ListSlice(Operator):
         else:
             e = xp.clip(lengths + self.end, 0, None) if self.end < 0 else xp.minimum(self.end, lengths)
         new_len = xp.maximum(e - s, 0)
-        offsets, take, within = backend.run_positions(new_len, layout.offsets[:-1] + s)
-        if not self.pad:
+        if not self.pad:  # as many elements as the slices hold: their sum is read back from the device
+            offsets, take, _ = backend.run_positions(new_len, layout.offsets[:-1] + s)
             return backend.build_list(offsets, backend.take_values(layout.values, take), layout.valid, series.index,
                                       series.name, like=series)
+        # Padded: row i's slot j holds element s[i] + j of its list, or the pad element (appended
+        # below) past its slice; n * width slots, known without reading anything back.
         n, width = len(lengths), self._fixed_length()
-        index = xp.full(n * width, len(layout.values), dtype=xp.int64)  # the pad element, appended below
-        index[backend.repeat(xp.arange(n, dtype=xp.int64) * width, new_len, len(within)) + within] = take
-        padded = backend.take_values(backend.concat_values(layout.values, [self.pad_value]), index)
+        slots = xp.arange(width, dtype=xp.int64)
+        index = xp.where(slots < new_len[:, None], (layout.offsets[:-1] + s)[:, None] + slots, len(layout.values))
+        padded = backend.take_values(backend.concat_values(layout.values, [self.pad_value]), index.ravel())
         return backend.build_list(xp.arange(n + 1, dtype=xp.int64) * width, padded, None, series.index, series.name,
                                   like=series)
 

@@ -238,11 +238,12 @@ class TargetEncoding(CachedLookups, StatOperator):
                 names = [f"count_{t}_f{f}" for f in range(k)] + [f"sum_{t}_f{f}" for f in range(k)]
                 table_cs = cached_values(self, pos, prefix, table, names)  # on the device once per process
                 null_cs = cached_values(self, pos, prefix + "\0null", self.null_stats_[prefix], names)[0]
-                cs = xp.zeros((n, 2 * k))
-                seen = pos >= 0
-                cs[seen] = table_cs[pos[seen]]
+                # Rows by where, not by boolean masks (cs[seen] = ...): on CuPy a mask's count is
+                # read back from the device, a wait per column and partition.
+                found = table_cs[xp.maximum(pos, 0)] if len(table_cs) else xp.zeros((n, 2 * k))
+                cs = xp.where((pos >= 0)[:, None], found, 0.0)
                 if mask is not None:
-                    cs[mask] = null_cs
+                    cs = xp.where(mask[:, None], null_cs, cs)
                 c, s = cs[:, :k], cs[:, k:]
                 cnt, tot = c.sum(axis=1), s.sum(axis=1)
                 if oof:

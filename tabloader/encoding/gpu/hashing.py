@@ -2,7 +2,7 @@
 
 Integers and floats go through :func:`tabloader.hashes.hash_int64` (splitmix64 as CuPy array
 arithmetic, the same code as on numpy). Strings are hashed by one CuPy kernel, a thread per
-distinct string, running FNV-1a-64 over the UTF-8 bytes between the string's offsets in the
+row, running FNV-1a-64 over the UTF-8 bytes between the string's offsets in the
 cuDF column's chars and finishing with splitmix64 -- the CPU's ``backend.hash_strings``.
 """
 
@@ -63,8 +63,9 @@ def string_buffers(strings: Any) -> tuple[Any, Any]:
 
 
 def hash_strings(strings: Any) -> Any:
-    """uint64 hashes ``splitmix64(FNV-1a-64(UTF-8 bytes))`` of a cuDF string Series without nulls,
-    computed on the device: the bits of :func:`tabloader.hashes.hash_strings`."""
+    """uint64 hashes ``splitmix64(FNV-1a-64(UTF-8 bytes))`` of every row of a cuDF string Series,
+    computed on the device: the bits of :func:`tabloader.hashes.hash_strings` (a null row gets
+    the hash of whatever bytes its offsets span: replace it)."""
     cp = backend.cupy()
     n = len(strings)
     out = cp.empty(n, dtype=cp.uint64)
@@ -87,11 +88,9 @@ def hash_values(col: NormalizedColumn) -> Any:
         bits = cp.where(values == 0, 0.0, values).view(cp.int64)  # -0.0 hashes as 0
         out = backend.hash_int64(cp.where(integral, as_int, bits))
     elif col.kind == "str":
-        # Each distinct string is hashed once; rows gather their string's hash.
-        codes, distinct = col.values.factorize()
-        present = distinct.to_series().reset_index(drop=True)
-        unique_hashes = hash_strings(present) if len(present) else cp.zeros(1, dtype=cp.uint64)
-        out = unique_hashes[cp.maximum(codes, 0)]  # null rows (code -1) are set below
+        # Every row's bytes, one thread a row (null rows are set below). Not each distinct string
+        # once: cuDF's factorize waits for the device (its unique values and their join back).
+        out = hash_strings(col.values)
     else:
         out = cp.zeros(len(col), dtype=cp.uint64)
     if col.mask is not None:

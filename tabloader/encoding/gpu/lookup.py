@@ -147,17 +147,17 @@ class StringKeys:
 
 def assign_ids(pos: Any, mask: Any, num_buckets: int, hasher: Any, dtype: Any) -> Any:
     """Ids of the encoding contract from vocabulary positions, on the device (see the CPU
-    function: ``pos`` -1 is out of vocabulary, ``hasher(rows)`` hashes the given rows)."""
+    function: ``pos`` -1 is out of vocabulary, ``hasher(rows)`` hashes the given rows).
+
+    With ``num_buckets > 1`` every row is hashed and the out-of-vocabulary rows take their bucket
+    by ``where``: selecting those rows first (``flatnonzero``) reads their count back from the
+    device, a wait per column and partition. The ids are the CPU's.
+    """
     cp = backend.cupy()
-    ids = pos.astype(cp.int64, copy=False)
-    oov = ids < 0 if num_buckets > 1 else None
-    ids += OOV_START + num_buckets  # position -1 becomes the one OOV id when num_buckets == 1
-    if oov is not None:
-        if mask is not None:
-            oov &= ~mask
-        rows = cp.flatnonzero(oov)
-        if len(rows):
-            ids[rows] = (hasher(rows) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
+    ids = pos.astype(cp.int64, copy=False) + (OOV_START + num_buckets)  # position -1: the one OOV id when num_buckets == 1
+    if num_buckets > 1:
+        buckets = (hasher(cp.arange(len(ids))) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
+        ids = cp.where(pos < 0, buckets, ids)
     if mask is not None:
         ids = cp.where(mask, NULL_ID, ids)  # see ValueLookup.positions: no read back
     return ids if ids.dtype == np.dtype(dtype) else ids.astype(dtype)
