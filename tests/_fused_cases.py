@@ -6,7 +6,8 @@
 * On CUDA, the ``gpu`` tests of the same file call the cases natively at realistic shapes.
 
 Each case of ``CASES`` (the ``case_*`` functions, plus ``update_<optimizer>_<dtype>`` for every
-optimizer and activation dtype) takes ``device`` and a ``size`` ("small" | "large") and raises
+optimizer and activation dtype; on the host, ``HOST_GRID_CASES`` runs the update cases again with
+the persistent kernels on grids of 1 and 3 programs) takes ``device`` and a ``size`` ("small" | "large") and raises
 AssertionError on a mismatch. Oracles: the PyTorch reference backend (which the CPU tests
 check against ``nn.Embedding`` + ``torch.optim``) and, directly, ``nn.Embedding`` + ``SGD`` /
 ``SparseAdam``. Importing this module has no side effects.
@@ -417,6 +418,42 @@ def case_bounds(device, size):
     assert torch.equal(before, tri.weight)
 
 
+def case_grid_does_not_change_results(device, size):
+    """The persistent update kernels give the same weights and states bit for bit on every grid:
+    1 and 3 programs (each looping over many segments and chunks), the default, and one program
+    per segment slot (the launch before the persistent one): every optimizer (each with another
+    activation dtype), single-hot and pooled, with hot rows split into chunks and padding rows."""
+    torch = _torch()
+    from tabloader.torch import dispatch
+
+    for optimizer, dtype in (("sgd", torch.float32), ("adagrad", torch.float16), ("adam", torch.bfloat16)):
+        for pooled in (False, True):
+            coll, _ = _pair(size, device, optimizer, pooled=pooled, pooling="mean", dtype=dtype)
+            feats = _batch(size, device, 50, pooled=pooled, hot=False)
+            if not pooled:  # a hot row, with more lookups than chunk_size (the pooled bags have one)
+                feats["t1"][::2] = 5
+            plan = coll.plan(feats)
+            seg = dispatch.segments(plan.rows, coll._padding_rows, coll.chunk_size)
+            assert seg["used_chunks"].item() > 0, "no hot row: the chunks would go untested"
+            grad = torch.randn(plan.batch * plan.num_features, coll.embedding_dim,
+                               generator=torch.Generator().manual_seed(1)).to(device, dtype)
+            results = {}
+            for programs in (1, 3, None, plan.rows.numel()):
+                weight = coll.weight.detach().clone()
+                states = [getattr(coll, name).clone() for name in ("state_sum", "exp_avg", "exp_avg_sq")
+                          if hasattr(coll, name)]
+                s1, s2 = (states + [None, None])[:2]
+                dispatch.update(coll._kernels_for(weight.device), weight, s1, s2, plan, grad, coll._padding_rows,
+                                optimizer=optimizer, lr=0.05, eps=coll.eps, betas=coll.betas, step=1,
+                                chunk_size=coll.chunk_size, programs=programs)
+                results[programs] = [weight] + states
+            one_per_slot = results.pop(plan.rows.numel())
+            assert not torch.equal(one_per_slot[0], coll.weight), "the update changed nothing"
+            for programs, got in results.items():
+                for a, b in zip(got, one_per_slot):
+                    assert torch.equal(a, b), f"{optimizer} {dtype} pooled={pooled}: programs={programs} differs"
+
+
 def zipf_batch(device):
     """26 tables, 65536 x Zipf ids, dim 128, 2 steps: triton == reference for every optimizer;
     SGD == nn.Embedding + torch.optim.SGD table by table (CUDA only: 6.2M rows)."""
@@ -468,12 +505,30 @@ CASES.update({f"update_{optimizer}_{dtype}": functools.partial(_update_in_dtype,
               for optimizer in ("sgd", "adagrad", "adam") for dtype in ("float32", "float16", "bfloat16")})
 
 
+def _on_host_grid(case, device, size, programs):
+    """``case`` with the persistent kernels' grid off the GPU set to ``programs``."""
+    from tabloader.torch import kernels
+
+    default, kernels.HOST_PROGRAMS = kernels.HOST_PROGRAMS, programs
+    try:
+        case(device, size)
+    finally:
+        kernels.HOST_PROGRAMS = default
+
+
+# the interpreter's cases again with tiny grids, each program looping over many segments and chunks
+# (on a GPU, the grid is the device's; case_grid_does_not_change_results sets it there)
+HOST_GRID_CASES = {f"{name}_programs{programs}": functools.partial(_on_host_grid, CASES[name], programs=programs)
+                   for name in CASES if name.startswith("update_") for programs in (1, 3)}
+
+
 def run_all(device: str, size: str, names=None) -> dict[str, str]:
-    """Run the cases; map name -> "ok" or the formatted failure."""
+    """Run the cases (by default all of ``CASES``, and ``HOST_GRID_CASES`` on the host); map
+    name -> "ok" or the formatted failure."""
     results = {}
-    for name in names or CASES:
+    for name in names or (list(CASES) + (list(HOST_GRID_CASES) if device == "cpu" else [])):
         try:
-            CASES[name](device, size)
+            {**CASES, **HOST_GRID_CASES}[name](device, size)
             results[name] = "ok"
         except Exception:  # report every case, not only the first failure
             results[name] = traceback.format_exc()

@@ -30,6 +30,7 @@ import _fused_cases  # noqa: E402
 pytestmark = pytest.mark.torch
 
 CASE_NAMES = sorted(_fused_cases.CASES)
+INTERPRETER_CASE_NAMES = CASE_NAMES + sorted(_fused_cases.HOST_GRID_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def interpreter_results():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", CASE_NAMES)
+@pytest.mark.parametrize("case", INTERPRETER_CASE_NAMES)
 def test_kernel_case_interpreter(interpreter_results, case):
     result = interpreter_results[case]
     assert result == "ok", result
@@ -85,6 +86,18 @@ def test_no_kernel_spills_registers(native_builds):
     memory on every row, at a cost the interpreter cannot show."""
     spilled = [b for b in native_builds["builds"] if b["spill_bytes"] or b["registers"] is None]
     assert not spilled, spilled
+
+
+def test_persistent_update_kernels_fit_an_sm_in_one_wave(native_builds):
+    """The persistent partial/update kernels' default grid puts 28 warps on each SM; they all run
+    at once (no second wave behind the first) only if each thread holds at most
+    65536 / (28 warps * 32 threads) = 73 of an H100 SM's 65536 registers."""
+    from tabloader.torch.kernels import _PERSISTENT_WARPS_PER_SM
+
+    most = 65536 // (_PERSISTENT_WARPS_PER_SM * 32)
+    heavy = [(b["kernel"], b["registers"], b["constexprs"]) for b in native_builds["builds"]
+             if b["kernel"] in ("partial", "update") and b["registers"] > most]
+    assert not heavy, heavy
 
 
 def test_embedding_rows_move_in_128_bit_accesses(native_builds):

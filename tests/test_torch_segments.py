@@ -29,7 +29,7 @@ def expected_segments(rows, padding, chunk_size):
     return out
 
 
-def actual_segments(seg, chunk_size):
+def actual_segments(seg):
     """The segments with entries, as ``expected_segments`` lays them out (positions made relative)."""
     perm = seg["perm"].numpy()
     out = {}
@@ -49,19 +49,47 @@ def test_segments_match_a_sort_by_hand(chunk_size, total_rows):
     rng.shuffle(rows)
     padding = [0, 31]
     seg = segments(torch.from_numpy(rows), torch.tensor(padding), chunk_size, total_rows)
-    assert actual_segments(seg, chunk_size) == expected_segments(rows, padding, chunk_size)
-    # every chunk past the hot segments' chunks is empty
-    used = int(seg["nchunks"].sum())
-    assert (seg["chunk_count"][used:] == 0).all() and (seg["chunk_count"][:used] > 0).all()
+    expected = expected_segments(rows, padding, chunk_size)
+    assert actual_segments(seg) == expected
+    # the kernels read the first used_chunks chunks: those of the hot segments, one after another
+    assert seg["used_chunks"].tolist() == [sum(len(chunks) for _, chunks in expected.values())]
+    hot = seg["nchunks"] > 0
+    assert seg["chunk"][hot].tolist() == (seg["nchunks"][hot].cumsum(0) - seg["nchunks"][hot]).tolist()
+
+
+@pytest.mark.parametrize("rows", [
+    [9, 3, 9, 0, 3, 3, 31, 12, 0],  # padding rows 0 and 31 among others
+    [4] * 7,  # one segment
+    list(range(20, 0, -1)),  # every entry its own segment
+    [0, 31, 0, 0],  # padding only
+    [],  # no entries
+])
+@pytest.mark.parametrize("total_rows", [None, 50])
+def test_segment_bounds_match_numpy_unique(rows, total_rows):
+    """``start``/``count``/``row`` of every segment slot, and ``used_segments``, against
+    ``np.unique`` of the sorted rows: the used slots hold the distinct rows in order (padding
+    rows with count 0); the slots past them start at ``n`` with count 0."""
+    rows = np.asarray(rows, dtype=np.int64)
+    padding = [0, 31]
+    seg = segments(torch.from_numpy(rows), torch.tensor(padding), chunk_size=2, total_rows=total_rows)
+    n = rows.size
+    uniq, first, counts = np.unique(np.sort(rows, kind="stable"), return_index=True, return_counts=True)
+    used = uniq.size
+    counts = np.where(np.isin(uniq, padding), 0, counts)
+    assert seg["used_segments"].tolist() == ([used] if n else [])
+    assert seg["row"][:used].tolist() == uniq.tolist()
+    assert seg["start"].tolist() == first.tolist() + [n] * (n - used)
+    assert seg["count"].tolist() == counts.tolist() + [0] * (n - used)
 
 
 def test_segments_are_sized_by_the_number_of_entries_not_read_back():
     """One segment slot per entry and ``max_chunks`` chunk slots, whatever the ids: sizes the
-    host knows without asking the device (the kernels skip the slots with count 0)."""
+    host knows without asking the device (the kernels read how many are used on the device)."""
     for rows in ([4, 4, 4, 4, 4, 4], [1, 2, 3, 4, 5, 6], [0, 0, 9, 9, 9, 0]):
         seg = segments(torch.tensor(rows), torch.tensor([0]), chunk_size=2)
         assert {k: v.numel() for k, v in seg.items()} == {
-            "perm": 6, "row": 6, "start": 6, "count": 6, "nchunks": 6, "chunk": 6, "chunk_start": 6, "chunk_count": 6}
+            "perm": 6, "row": 6, "start": 6, "count": 6, "nchunks": 6, "chunk": 6, "chunk_start": 6, "chunk_count": 6,
+            "used_segments": 1, "used_chunks": 1}
     seg = segments(torch.tensor([0, 0, 9, 9, 9, 0]), torch.tensor([0]), chunk_size=2)
     assert seg["count"].tolist() == [0, 3, 0, 0, 0, 0]  # padding row 0 and the empty slots: no entries
 

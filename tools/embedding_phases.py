@@ -7,7 +7,9 @@ an H100 although Adam moves three times the bytes of SGD, so the update kernel's
 what bounds the step. This script times, on the benchmark's batches (26 Criteo-like tables, batch
 65536, dim 128), each phase alone: building the lookup plan (id validation included), the
 forward gather, the row sort and segments of :func:`tabloader.torch.dispatch.segments`, and the
-update kernels; the whole step with id validation (one synchronization per batch, as the
+update kernels -- persistent on their default grid (``update_kernels``), on grids of 2 to 32
+programs per SM (``update_kernels_by_grid``, keyed by programs), and with one program per
+segment slot as before them (``update_kernels_one_per_segment``); the whole step with id validation (one synchronization per batch, as the
 benchmark runs it) and without; whether a step without validation runs under
 ``torch.cuda.set_sync_debug_mode("error")`` (no host synchronization at all); and each kernel's
 bytes moved as a share of the device's peak. Writes ``OUT_DIR/phases.json`` and prints it.
@@ -68,32 +70,42 @@ def phases(optimizer, batch=65536, dim=128):
     seg = dispatch.segments(plan.rows, coll._padding_rows, coll.chunk_size, weight.shape[0])
     states = [getattr(coll, n) for n in ("state_sum", "exp_avg", "exp_avg_sq") if hasattr(coll, n)] + [None, None]
 
-    def update():
+    def update(programs=None):
         kernels.fused_backward_update(
             weight, states[0], states[1], grad, seg["perm"], None, None, seg["row"], seg["start"], seg["count"],
-            seg["chunk"], seg["nchunks"], seg["chunk_start"], seg["chunk_count"], optimizer=optimizer, lr=1e-9,
-            eps=1e-8, beta1=0.9, beta2=0.999, step_size=1e-9)
+            seg["chunk"], seg["nchunks"], seg["used_segments"], seg["chunk_start"], seg["chunk_count"],
+            seg["used_chunks"], optimizer=optimizer, lr=1e-9, eps=1e-8, beta1=0.9, beta2=0.999, step_size=1e-9,
+            programs=programs)
 
     def step():
         (coll(feats) * 1.0).sum().backward()
 
     out = torch.empty(plan.rows.numel(), dim, device="cuda")
-    unique_rows = int((seg["count"] > 0).sum())  # the segments are sized by the lookups: count those used
+    unique_rows = int((seg["count"] > 0).sum())  # the segments used, less those of padding rows
+    sms = torch.cuda.get_device_properties(weight.device).multi_processor_count
     report = {"optimizer": optimizer, "lookups": plan.rows.numel(), "unique_rows": unique_rows,
-              "chunks": int((seg["chunk_count"] > 0).sum()), "ms": {
+              "chunks": int(seg["used_chunks"]), "multiprocessors": sms,
+              "default_programs": kernels.persistent_programs(weight.device, dim), "ms": {
                   "plan": median_ms(lambda: coll.plan(feats)),
                   "gather": median_ms(lambda: kernels.gather(weight, plan.rows, out)),
                   "segments": median_ms(lambda: dispatch.segments(plan.rows, coll._padding_rows, coll.chunk_size,
                                                                   weight.shape[0])),
                   "update_kernels": median_ms(update),
+                  "update_kernels_one_per_segment": median_ms(lambda: update(plan.rows.numel())),
                   "whole_step": median_ms(step)}}
+    report["ms"]["update_kernels_by_grid"] = {
+        sms * per_sm: median_ms(lambda: update(sms * per_sm)) for per_sm in (2, 4, 8, 16, 32)}
     coll.validate_indices = False
     report["ms"]["whole_step_unvalidated"] = median_ms(step)
     report["sync_free_step"] = sync_free(step)
     row_bytes = dim * 4 * (1 + {"sgd": 0, "adagrad": 0, "adam": 2}[optimizer])  # weight (+ m, v) per row
-    moved = {"gather": 2 * plan.rows.numel() * dim * 4,  # rows read + output written
-             "update_kernels": plan.rows.numel() * dim * 4 + 2 * unique_rows * row_bytes}
-    report["GB_per_s"] = {k: moved[k] / report["ms"][k] / 1e6 for k in moved}
+    update_bytes = plan.rows.numel() * dim * 4 + 2 * unique_rows * row_bytes
+    ms = report["ms"]
+    report["GB_per_s"] = {"gather": 2 * plan.rows.numel() * dim * 4 / ms["gather"] / 1e6,  # rows read + out written
+                          "update_kernels": update_bytes / ms["update_kernels"] / 1e6,
+                          "update_kernels_one_per_segment": update_bytes / ms["update_kernels_one_per_segment"] / 1e6,
+                          "update_kernels_by_grid": {k: update_bytes / v / 1e6
+                                                     for k, v in ms["update_kernels_by_grid"].items()}}
     return report
 
 

@@ -115,9 +115,10 @@ def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dt
 
 def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
            plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor, *, optimizer: str, lr: float,
-           eps: float, betas: tuple[float, float], step: int, chunk_size: int) -> None:
+           eps: float, betas: tuple[float, float], step: int, chunk_size: int, programs: int | None = None) -> None:
     """Backward + optimizer update of ``plan``'s rows of ``weight`` (and states) in place, by the
-    kernels or the reference; ``step`` is the already incremented global step."""
+    kernels or the reference; ``step`` is the already incremented global step, ``programs`` the
+    kernels' grid (see :func:`tabloader.torch.kernels.fused_backward_update`)."""
     if kernels is None:
         reference_update(weight, plan, grad, optimizer, lr, state1, state2, padding_rows, eps, betas, step)
         return
@@ -125,9 +126,9 @@ def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, stat
     step_size = adam_step_size(lr, betas, step) if optimizer == "adam" else 0.0
     kernels.fused_backward_update(
         weight, state1, state2, grad, seg["perm"], plan.bag, plan.scale,
-        seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"],
-        seg["chunk_start"], seg["chunk_count"], optimizer=optimizer, lr=lr, eps=eps,
-        beta1=betas[0], beta2=betas[1], step_size=step_size)
+        seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"], seg["used_segments"],
+        seg["chunk_start"], seg["chunk_count"], seg["used_chunks"], optimizer=optimizer, lr=lr, eps=eps,
+        beta1=betas[0], beta2=betas[1], step_size=step_size, programs=programs)
 
 
 def max_chunks(n_entries: int, chunk_size: int) -> int:
@@ -149,59 +150,67 @@ def segments(rows: torch.Tensor, padding_rows: torch.Tensor | None, chunk_size: 
 
     Returns ``perm`` (entry order), per segment ``row``, ``start``, ``count``, ``nchunks`` (0
     for a light row, ``ceil(count / chunk_size)`` for a hot one) and ``chunk`` (its first
-    chunk), and per chunk ``chunk_start``/``chunk_count`` (positions into ``perm``). The sort is
-    stable, so each row's lookups are summed in batch order. Keys are sorted as int32 when
-    ``total_rows < INT32_ROWS``.
+    chunk), per chunk ``chunk_start``/``chunk_count`` (positions into ``perm``), and the numbers
+    of segments and chunks used, ``used_segments``/``used_chunks`` (one-element tensors). The
+    sort is stable, so each row's lookups are summed in batch order. Keys are sorted as int32
+    when ``total_rows < INT32_ROWS``.
 
     Nothing is read back from the device (a host synchronization per step costs more than the
     kernels): the arrays are sized by bounds known on the host -- one segment per entry,
-    :func:`max_chunks` chunks -- and the kernels skip what is past the end: segments after the
-    last touched row, and the segments of padding rows, have ``count`` 0; chunks after the last
-    have ``chunk_count`` 0.
+    :func:`max_chunks` chunks -- and the kernels read only the used ones. The segments of
+    padding rows, and those past the used ones, have ``count`` 0; what the other arrays hold
+    past the used segments and chunks is undefined.
 
     Example:
         >>> seg = segments(torch.tensor([5, 2, 5, 5, 0]), torch.tensor([0]), chunk_size=2)
-        >>> seg["row"][:3].tolist(), seg["count"].tolist(), seg["nchunks"].tolist(), seg["chunk_count"].tolist()
-        ([0, 2, 5], [0, 1, 3, 0, 0], [0, 0, 2, 0, 0], [2, 1, 0, 0, 0])
+        >>> seg["used_segments"].item(), seg["row"][:3].tolist(), seg["count"].tolist()
+        (3, [0, 2, 5], [0, 1, 3, 0, 0])
+        >>> seg["nchunks"].tolist(), seg["used_chunks"].item(), seg["chunk_count"][:2].tolist()
+        ([0, 0, 2, 0, 0], 2, [2, 1])
     """
     n, device = rows.numel(), rows.device
     keys = rows.to(torch.int32) if total_rows is not None and total_rows < INT32_ROWS else rows
     sorted_rows, perm = torch.sort(keys, stable=True)
     first = torch.ones(n, dtype=torch.bool, device=device)
     torch.ne(sorted_rows[1:], sorted_rows[:-1], out=first[1:])
-    segment_of = torch.cumsum(first, 0) - 1  # of each sorted entry: non-decreasing
-    # segment s covers the sorted entries [bounds[s], bounds[s + 1]); bounds[s] = n past the last
-    bounds = torch.searchsorted(segment_of, torch.arange(n + 1, device=device))
-    start, count = bounds[:-1], bounds.diff()
-    row = sorted_rows.index_select(0, start.clamp(max=max(n - 1, 0)))
+    begun = torch.cumsum(first, 0)  # segments begun up to each sorted entry; the last: segments used
+    # Segment s starts at the sorted entry whose `begun` is s + 1 and that begins a segment: scatter
+    # the positions of those to slot s + 1 of a buffer prefilled with n, the other entries to the
+    # dump slot 0 (an O(n) pass where a binary search for every segment takes O(n log n)).
+    slot = begun * first
+    bounds = torch.full((n + 2,), n, dtype=torch.int64, device=device)
+    bounds.scatter_(0, slot, torch.arange(n, device=device))
+    start, count = bounds[1:-1], bounds[1:].diff()  # slots past the used segments: start n, count 0
+    row = torch.empty(n + 1, dtype=keys.dtype, device=device).scatter_(0, slot, sorted_rows)[1:]
     if padding_rows is not None and padding_rows.numel():
-        count = torch.where(_is_padding(row, padding_rows), 0, count)
-    nchunks = torch.where(count > chunk_size, (count + chunk_size - 1) // chunk_size, 0)
+        count.masked_fill_(_is_padding(row, padding_rows), 0)
+    nchunks = torch.where(count > chunk_size, (count + (chunk_size - 1)) // chunk_size, 0)
     chunk_end = torch.cumsum(nchunks, 0)
     chunk = chunk_end - nchunks
     chunk_start, chunk_count = _chunks(start, count, chunk, chunk_end, max_chunks(n, chunk_size), chunk_size)
     return {"perm": perm, "row": row, "start": start, "count": count, "nchunks": nchunks, "chunk": chunk,
-            "chunk_start": chunk_start, "chunk_count": chunk_count}
+            "chunk_start": chunk_start, "chunk_count": chunk_count, "used_segments": begun[-1:],
+            "used_chunks": chunk_end[-1:]}
 
 
 def _is_padding(row: torch.Tensor, padding_rows: torch.Tensor) -> torch.Tensor:
-    """Which of ``row`` are padding rows, by a binary search (``torch.isin`` may read sizes back)."""
+    """Which of ``row`` are padding rows: those whose left and right insertion points into the
+    sorted padding rows differ (binary searches: ``torch.isin`` may read sizes back)."""
     pads = torch.sort(padding_rows.to(row.dtype)).values
-    at = torch.searchsorted(pads, row).clamp_(max=pads.numel() - 1)
-    return pads.index_select(0, at) == row
+    return torch.searchsorted(pads, row) != torch.searchsorted(pads, row, right=True)
 
 
 def _chunks(start: torch.Tensor, count: torch.Tensor, chunk: torch.Tensor, chunk_end: torch.Tensor,
             n_chunks: int, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``chunk_start``/``chunk_count`` of ``n_chunks`` chunks (a bound): chunk ``c`` belongs to the
-    first segment whose chunks end after it; the chunks past the last have count 0."""
+    first segment whose chunks end after it, and is its ``c - chunk[owner]``-th; what the chunks
+    past the used ones hold is undefined (the kernel does not read them)."""
     if n_chunks == 0:
         empty = torch.zeros(0, dtype=torch.int64, device=start.device)
         return empty, empty
     c = torch.arange(n_chunks, device=start.device)
     owner = torch.searchsorted(chunk_end, c, right=True).clamp_(max=start.numel() - 1)
-    chunk_start = start.index_select(0, owner) + (c - chunk.index_select(0, owner)) * chunk_size
-    chunk_count = torch.clamp(start.index_select(0, owner) + count.index_select(0, owner) - chunk_start,
-                              max=chunk_size)
-    used = c < chunk_end[-1]
-    return torch.where(used, chunk_start, 0), torch.where(used, chunk_count, 0)
+    k = c - chunk.index_select(0, owner)
+    chunk_start = start.index_select(0, owner).add_(k, alpha=chunk_size)
+    chunk_count = count.index_select(0, owner).sub_(k, alpha=chunk_size).clamp_(max=chunk_size)
+    return chunk_start, chunk_count

@@ -23,9 +23,15 @@ Kernels:
   2. (kernel 1, only for *hot* rows with more than ``chunk_size`` entries) split each hot
      segment into fixed-size chunks of ``chunk_size`` entries and write the sum of each chunk
      to a small ``partial[n_chunks, D]`` buffer, all chunks in parallel;
-  3. (kernel 2, one program per unique touched row) sum the row's gradient -- from its
-     entries directly for a light row, from its chunk partials for a hot row -- and apply the
-     optimizer update to that row of ``W`` (and its state) in place.
+  3. (kernel 2, per unique touched row) sum the row's gradient -- from its entries directly for
+     a light row, from its chunk partials for a hot row -- and apply the optimizer update to
+     that row of ``W`` (and its state) in place.
+
+  Both kernels are *persistent*: a bounded grid (a few programs per streaming multiprocessor)
+  whose programs loop over the chunks / segments ``pid, pid + G, ...`` up to the number of
+  them actually used, which they read from the device (written there by the segments step).
+  The arrays are sized for the worst case (one segment per lookup, mostly unused), and one
+  program per slot would start ~8 programs per used segment that exit at once.
 
   Every sum is taken in a fixed order (no atomics), so results are deterministic run to run;
   no gradient tensor of the tables' size exists at any time.
@@ -36,6 +42,7 @@ arithmetic.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 # Importing Triton for the first time after TensorFlow kills the process (LLVM options
@@ -50,7 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["gather", "pooled_gather", "fused_backward_update", "OPTIMIZERS"]
+__all__ = ["gather", "pooled_gather", "fused_backward_update", "persistent_programs", "OPTIMIZERS"]
 
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2}
 
@@ -62,6 +69,16 @@ _GATHER_MAX_ROWS = 128  # ... in at most this many rows
 _POOLED_BLOCK_L = 16  # entries of a bag summed per loop iteration
 _UPDATE_REGISTERS = 32  # fp32 registers per thread for the update kernels' gradient tile
 _UPDATE_MAX_ENTRIES = 32  # entries per loop iteration of the update kernels, at most
+# Registers per thread of the persistent update kernels: without a cap, ptxas kept their loops to 40 registers
+# in some builds and spilled to local memory; at 64, the pooled fp32 builds of Triton 3.6 spilled; at 72,
+# none of Triton 3.6's or 3.7's (an option of NVIDIA's backend only: AMD's rejects it).
+_UPDATE_MAX_REGISTERS = 72
+_UPDATE_REGISTER_CAP = {} if torch.version.hip else {"maxnreg": _UPDATE_MAX_REGISTERS}
+_SM_REGISTERS = 65536  # 32-bit registers of a streaming multiprocessor (A100, H100, H200)
+# warps of the persistent kernels per SM: as many as its registers hold at once (28 of the 64 an H100 SM
+# can run), so that the whole grid is resident in one wave
+_PERSISTENT_WARPS_PER_SM = _SM_REGISTERS // (_THREADS_PER_WARP * _UPDATE_MAX_REGISTERS)
+HOST_PROGRAMS = 4  # programs of the persistent kernels off the GPU, where the interpreter runs them in turn
 
 
 def _block_d(dim: int) -> int:
@@ -75,6 +92,27 @@ def _update_launch(block_d: int) -> tuple[int, int]:
     warps = 1 if block_d <= 32 else 2 if block_d <= 128 else 4
     entries = (_UPDATE_REGISTERS * _THREADS_PER_WARP * warps) // block_d
     return max(1, min(_UPDATE_MAX_ENTRIES, entries)), warps
+
+
+def persistent_programs(device: torch.device, dim: int) -> int:
+    """The default grid of the persistent update kernels on ``device`` for rows of ``dim``:
+    ``_PERSISTENT_WARPS_PER_SM`` warps on each streaming multiprocessor of a GPU, ``HOST_PROGRAMS``
+    elsewhere.
+
+    Example:
+        >>> persistent_programs(torch.device("cpu"), 128) == HOST_PROGRAMS
+        True
+    """
+    if device.type != "cuda":
+        return HOST_PROGRAMS
+    warps = _update_launch(_block_d(dim))[1]
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _multiprocessors(index) * max(1, _PERSISTENT_WARPS_PER_SM // warps)
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 @triton.jit
@@ -158,111 +196,135 @@ def _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
 
 
 @triton.jit
-def _partial_kernel(grad, perm, bag, scale, chunk_start, chunk_count, partial, D,
+def _partial_kernel(grad, perm, bag, scale, chunk_start, chunk_count, used_chunks, partial, D, programs,
                     HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
                     BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr):
-    c = tl.program_id(0).to(tl.int64)
-    start = tl.load(chunk_start + c)
-    count = tl.load(chunk_count + c)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    # the chunk slots are sized by a bound known on the host: only the first used_chunks hold chunks;
+    # int32 loop counters (fewer registers: an int64 one made ptxas spill), int64 element offsets
+    for c in range(tl.program_id(0), tl.load(used_chunks).to(tl.int32), programs):
+        start = tl.load(chunk_start + c)
+        count = tl.load(chunk_count + c)
+        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+        acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
+                           HAS_BAG, HAS_SCALE, BLOCK_E)
+        tl.store(partial + tl.cast(c, tl.int64) * D + offs_d, acc, mask=mask_d)
+
+
+@triton.jit
+def _update_segment(W, state1, state2, grad, perm, bag, scale, partial, row, start, count, c0, nch,
+                    D, stride_w, lr, eps, beta1, beta2, step_size,
+                    OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
+                    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Sum the gradient of one segment's row and apply the optimizer step to it."""
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
-                       HAS_BAG, HAS_SCALE, BLOCK_E)
-    tl.store(partial + c * D + offs_d, acc, mask=mask_d)
+    if nch == 0:
+        acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
+                           HAS_BAG, HAS_SCALE, BLOCK_E)
+    else:
+        for c in range(0, nch, BLOCK_C):
+            k = c + tl.arange(0, BLOCK_C)
+            mc = k < nch
+            p = tl.load(partial + (c0 + k).to(tl.int64)[:, None] * D + offs_d[None, :],
+                        mask=mc[:, None] & mask_d[None, :], other=0.0)
+            acc += tl.sum(p, axis=0)
+    w_ptr = W + row * stride_w + offs_d
+    w = tl.load(w_ptr, mask=mask_d, other=0.0)
+    if OPT == 0:  # SGD
+        w = w - lr * acc
+    elif OPT == 1:  # row-wise Adagrad: one accumulator per row
+        st = tl.load(state1 + row) + tl.sum(acc * acc, axis=0) / D
+        # One thread stores the scalar, but every thread that updates elements of the row reads it:
+        # all of them must have read the old value before it is overwritten, or a late warp adds
+        # this step's mean(g**2) twice and moves its elements by 1/sqrt(2) of the step (seen on an H100).
+        tl.debug_barrier()
+        tl.store(state1 + row, st)
+        w = w - lr * acc / (tl.sqrt(st) + eps)
+    else:  # lazy Adam (SparseAdam semantics, global step folded into step_size)
+        m_ptr = state1 + row * D + offs_d
+        v_ptr = state2 + row * D + offs_d
+        m = tl.load(m_ptr, mask=mask_d, other=0.0)
+        v = tl.load(v_ptr, mask=mask_d, other=0.0)
+        m = m + (acc - m) * (1.0 - beta1)
+        v = v + (acc * acc - v) * (1.0 - beta2)
+        tl.store(m_ptr, m, mask=mask_d)
+        tl.store(v_ptr, v, mask=mask_d)
+        w = w - step_size * (m / (tl.sqrt(v) + eps))
+    tl.store(w_ptr, w, mask=mask_d)
 
 
 @triton.jit
 def _update_kernel(W, state1, state2, grad, perm, bag, scale,
-                   seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, partial,
-                   D, stride_w, lr, eps, beta1, beta2, step_size,
+                   seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial,
+                   D, stride_w, lr, eps, beta1, beta2, step_size, programs,
                    OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
-    s = tl.program_id(0).to(tl.int64)
-    count = tl.load(seg_count + s)
-    # the segments are sized by a bound known on the host: those past the last touched row, and
-    # those of padding rows, have no entries and leave their row (and its state) alone
-    if count > 0:
-        row = tl.load(seg_row + s).to(tl.int64)
-        nch = tl.load(seg_nchunks + s)
-        offs_d = tl.arange(0, BLOCK_D)
-        mask_d = offs_d < D
-        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-        if nch == 0:
-            start = tl.load(seg_start + s)
-            acc = _sum_entries(acc, grad, perm, bag, scale, start, count, D, offs_d, mask_d,
-                               HAS_BAG, HAS_SCALE, BLOCK_E)
-        else:
-            c0 = tl.load(seg_chunk + s)
-            for c in range(0, nch, BLOCK_C):
-                k = c + tl.arange(0, BLOCK_C)
-                mc = k < nch
-                p = tl.load(partial + (c0 + k).to(tl.int64)[:, None] * D + offs_d[None, :],
-                            mask=mc[:, None] & mask_d[None, :], other=0.0)
-                acc += tl.sum(p, axis=0)
-        w_ptr = W + row * stride_w + offs_d
-        w = tl.load(w_ptr, mask=mask_d, other=0.0)
-        if OPT == 0:  # SGD
-            w = w - lr * acc
-        elif OPT == 1:  # row-wise Adagrad: one accumulator per row
-            st = tl.load(state1 + row) + tl.sum(acc * acc, axis=0) / D
-            # One thread stores the scalar, but every thread that updates elements of the row reads it:
-            # all of them must have read the old value before it is overwritten, or a late warp adds
-            # this step's mean(g**2) twice and moves its elements by 1/sqrt(2) of the step (seen on an H100).
-            tl.debug_barrier()
-            tl.store(state1 + row, st)
-            w = w - lr * acc / (tl.sqrt(st) + eps)
-        else:  # lazy Adam (SparseAdam semantics, global step folded into step_size)
-            m_ptr = state1 + row * D + offs_d
-            v_ptr = state2 + row * D + offs_d
-            m = tl.load(m_ptr, mask=mask_d, other=0.0)
-            v = tl.load(v_ptr, mask=mask_d, other=0.0)
-            m = m + (acc - m) * (1.0 - beta1)
-            v = v + (acc * acc - v) * (1.0 - beta2)
-            tl.store(m_ptr, m, mask=mask_d)
-            tl.store(v_ptr, v, mask=mask_d)
-            w = w - step_size * (m / (tl.sqrt(v) + eps))
-        tl.store(w_ptr, w, mask=mask_d)
+    # the segment slots are sized by a bound known on the host: only the first used_segments hold
+    # segments, and those of padding rows have no entries (their rows and states are left alone)
+    for s in range(tl.program_id(0), tl.load(used_segments).to(tl.int32), programs):
+        count = tl.load(seg_count + s)
+        if count > 0:
+            _update_segment(W, state1, state2, grad, perm, bag, scale, partial, tl.load(seg_row + s).to(tl.int64),
+                            tl.load(seg_start + s), count, tl.load(seg_chunk + s), tl.load(seg_nchunks + s),
+                            D, stride_w, lr, eps, beta1, beta2, step_size,
+                            OPT, HAS_BAG, HAS_SCALE, BLOCK_E, BLOCK_C, BLOCK_D)
 
 
 def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
                           grad: torch.Tensor, perm: torch.Tensor, bag: torch.Tensor | None,
                           scale: torch.Tensor | None, seg_row: torch.Tensor, seg_start: torch.Tensor,
                           seg_count: torch.Tensor, seg_chunk: torch.Tensor, seg_nchunks: torch.Tensor,
-                          chunk_start: torch.Tensor, chunk_count: torch.Tensor, *, optimizer: str,
-                          lr: float, eps: float = 0.0, beta1: float = 0.0, beta2: float = 0.0,
-                          step_size: float = 0.0, block_e: int | None = None, block_c: int | None = None) -> None:
+                          used_segments: torch.Tensor, chunk_start: torch.Tensor, chunk_count: torch.Tensor,
+                          used_chunks: torch.Tensor, *, optimizer: str, lr: float, eps: float = 0.0,
+                          beta1: float = 0.0, beta2: float = 0.0, step_size: float = 0.0,
+                          block_e: int | None = None, block_c: int | None = None,
+                          programs: int | None = None) -> None:
     """Sum the gradient of every touched row and update it (and its optimizer state) in place.
 
     ``grad[n_out, D]`` is the output gradient (fp32/fp16/bf16, contiguous); ``perm`` orders
     the entries by row; segment ``s`` covers ``perm[seg_start[s]:seg_start[s]+seg_count[s]]``
     and updates row ``seg_row[s]``; a hot segment (``seg_nchunks[s] > 0``) owns the chunks
     ``seg_chunk[s] .. seg_chunk[s]+seg_nchunks[s]-1`` described by ``chunk_start/chunk_count``.
-    Segments with ``seg_count[s] == 0`` are skipped, so the launches may cover an upper bound of
-    the segments and chunks (:func:`tabloader.torch.dispatch.segments`: no size is read back).
+    Only the first ``used_segments[0]`` segments and ``used_chunks[0]`` chunks are read (one-element
+    device tensors: the host never learns them), and segments with ``seg_count[s] == 0`` are
+    skipped, so the arrays may be sized by an upper bound (:func:`tabloader.torch.dispatch.segments`).
+
+    ``programs`` is the grid of both kernels, whose programs loop over the segments (chunks)
+    ``pid, pid + programs, ...``: by default :func:`persistent_programs`; the number of segment
+    slots (or more) launches one program per slot instead, each running at most one segment.
+    The results are the same bit for bit whatever the grid: every sum has a fixed order.
     """
     n_seg = seg_row.numel()
     if n_seg == 0:
         return
+    if n_seg >= 2 ** 31:  # the kernels count segments and chunks in int32
+        raise ValueError(f"fused_backward_update takes fewer than 2**31 lookups per step, got {n_seg}")
     d = weight.shape[1]
     bd = _block_d(d)
     auto_e, warps = _update_launch(bd)
     block_e = block_e or auto_e
     block_c = block_c or block_e
+    programs = programs or persistent_programs(weight.device, d)
     has_bag, has_scale = bag is not None, scale is not None
     bag_arg = bag if has_bag else perm
     scale_arg = scale if has_scale else grad
     n_chunks = chunk_start.numel()
     partial = torch.empty((max(n_chunks, 1), d), dtype=torch.float32, device=weight.device)
     if n_chunks:
-        _partial_kernel[(n_chunks,)](
-            grad, perm, bag_arg, scale_arg, chunk_start, chunk_count, partial, d,
-            HAS_BAG=has_bag, HAS_SCALE=has_scale, BLOCK_E=block_e, BLOCK_D=bd, num_warps=warps)
+        grid = min(programs, n_chunks)
+        _partial_kernel[(grid,)](
+            grad, perm, bag_arg, scale_arg, chunk_start, chunk_count, used_chunks, partial, d, grid,
+            HAS_BAG=has_bag, HAS_SCALE=has_scale, BLOCK_E=block_e, BLOCK_D=bd, num_warps=warps,
+            **_UPDATE_REGISTER_CAP)
     s1 = state1 if state1 is not None else weight
     s2 = state2 if state2 is not None else weight
-    _update_kernel[(n_seg,)](
+    grid = min(programs, n_seg)
+    _update_kernel[(grid,)](
         weight, s1, s2, grad, perm, bag_arg, scale_arg,
-        seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, partial,
-        d, weight.stride(0), float(lr), float(eps), float(beta1), float(beta2), float(step_size),
+        seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial,
+        d, weight.stride(0), float(lr), float(eps), float(beta1), float(beta2), float(step_size), grid,
         OPT=OPTIMIZERS[optimizer], HAS_BAG=has_bag, HAS_SCALE=has_scale,
-        BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps)
+        BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps, **_UPDATE_REGISTER_CAP)
