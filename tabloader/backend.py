@@ -158,9 +158,11 @@ def cudf_available() -> bool:
 CPU_PART_SIZE = 128_000_000  # "128MB"
 #: On a GPU partitions are larger: each costs every operator a few kernel launches and waits
 #: per column whatever its size, so a GPU wants few large ones. 1/64 of the GPU's memory
-#: leaves room for the partitions that the scheduler's threads hold at once (up to one per CPU
-#: core) and their temporaries; between 128MB and 1GB (an 80GB H100: 1GB).
+#: leaves room for the partitions that the scheduler's threads hold at once and their
+#: temporaries; between 128MB and 1GB (an 80GB H100: 1GB).
 GPU_PART_SIZE_RANGE = (128_000_000, 1_000_000_000)
+#: Partitions on a GPU that Dask's local scheduler works on at once (:func:`local_task_threads`).
+GPU_TASK_THREADS = 2
 
 
 def default_part_size(device: str) -> int:
@@ -175,6 +177,27 @@ def default_part_size(device: str) -> int:
     total = cupy().cuda.runtime.getDeviceProperties(cupy().cuda.runtime.getDevice())["totalGlobalMem"]
     low, high = GPU_PART_SIZE_RANGE
     return min(high, max(low, total // 64))
+
+
+def local_task_threads(device: str) -> int:
+    """How many of a dataset's partitions Dask's local scheduler works on at once, for data on
+    ``device``, unless ``dask.config.set(num_workers=...)`` says otherwise.
+
+    On the CPU, one per core. On a GPU, :data:`GPU_TASK_THREADS`: cuDF runs every thread's
+    kernels on the same default stream, so more threads do not add GPU work in parallel; two
+    let one partition's file reading and Python overhead overlap another's GPU work, while each
+    more thread holds one more partition (1/64 of the GPU's memory, and its intermediates) in
+    GPU memory. ``dask_cuda`` likewise runs one thread per GPU by default.
+
+    Example:
+        >>> local_task_threads("cuda")
+        2
+    """
+    if device == "cuda":
+        return GPU_TASK_THREADS
+    from dask.system import CPU_COUNT
+
+    return CPU_COUNT
 
 
 def dataframe_lib(device: str) -> Any:

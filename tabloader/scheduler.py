@@ -22,10 +22,10 @@ import concurrent.futures
 import dask
 import dask.threaded
 from dask.callbacks import Callback
-from dask.system import CPU_COUNT
 from tqdm.auto import tqdm
 
 from tabloader.allocator import retained_freed_memory
+from tabloader.backend import local_task_threads
 
 
 def active_client() -> Any:
@@ -85,11 +85,13 @@ def shared_calls(function: Callable[..., Any], arg_tuples: Sequence[tuple], name
             for i, args in enumerate(arg_tuples)]
 
 
-def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> list[Any]:
+def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True, device: str = "cpu") -> list[Any]:
     """Compute Dask delayed objects and return their results in order.
 
     Uses the active distributed client when there is one (results are the same either way),
-    else Dask's local threaded scheduler. ``progress`` shows a tqdm bar.
+    else Dask's local threaded scheduler, with as many threads as
+    :func:`tabloader.backend.local_task_threads` gives for data on ``device`` (or Dask's
+    ``num_workers`` setting). ``progress`` shows a tqdm bar.
     """
     if not tasks:
         return []
@@ -99,7 +101,7 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True) -> lis
     # Our own pool, shut down with wait=True: when a task fails, Dask raises at once while other
     # tasks still run; waiting for them means a caller cleaning up (atomic_directory removing
     # its temporary directory) never races a writer still at work.
-    num_workers = dask.config.get("num_workers", None) or CPU_COUNT
+    num_workers = dask.config.get("num_workers", None) or local_task_threads(device)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader")
     try:
         with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar), \

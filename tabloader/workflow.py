@@ -123,7 +123,7 @@ class Workflow:
         while len(parts) > 1:
             parts = [dask.delayed(merge, pure=False)(parts[i:i + _MERGE_FAN_IN])
                      for i in range(0, len(parts), _MERGE_FAN_IN)]
-        merged = compute_tasks(parts, desc, progress=progress)[0]
+        merged = compute_tasks(parts, desc, progress=progress, device=dataset.device)[0]
         for node, stats in zip(nodes, merged):
             node.op.finalize(plan.columns(node).input, stats)
 

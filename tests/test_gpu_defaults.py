@@ -1,6 +1,7 @@
 """What a dataset on the GPU sets up by default: RMM's memory pool
-(:func:`tabloader.backend.ensure_rmm_pool`) and larger partitions
-(:func:`tabloader.backend.default_part_size`).
+(:func:`tabloader.backend.ensure_rmm_pool`), larger partitions
+(:func:`tabloader.backend.default_part_size`) and fewer partitions at once
+(:func:`tabloader.backend.local_task_threads`).
 
 The memory resource is process-wide state: its GPU cases run in a fresh Python process each, so
 that one case's resource cannot leak into another (or into the other GPU tests).
@@ -104,3 +105,66 @@ def test_a_gpu_dataset_takes_a_64th_of_the_gpu_memory_per_partition(tmp_path):
     expected = min(1_000_000_000, max(128_000_000, total // 64))
     assert tl.Dataset(write_rows(tmp_path), device="cuda").part_size == expected
     assert tl.Dataset(write_rows(tmp_path), device="cuda", part_size="1MB").part_size == 1_000_000
+
+
+def most_tasks_at_once(device: str, tasks: int = 8) -> int:
+    """The most of ``tasks`` sleeping tasks that :func:`compute_tasks` ran at once for ``device``."""
+    import threading
+    import time
+
+    import dask
+
+    from tabloader.scheduler import compute_tasks
+
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def task(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return i
+
+    assert compute_tasks([dask.delayed(task)(i) for i in range(tasks)], "t", progress=False, device=device) \
+        == list(range(tasks))
+    return most[0]
+
+
+def test_partitions_on_a_gpu_are_worked_on_a_few_at_once(monkeypatch):
+    import dask
+
+    monkeypatch.setattr(backend, "GPU_TASK_THREADS", 3)  # not the CPU count of any machine this runs on
+    monkeypatch.setattr("dask.system.CPU_COUNT", 5)
+    assert most_tasks_at_once("cuda") == 3
+    assert most_tasks_at_once("cpu") == 5
+    with dask.config.set(num_workers=4):  # the user's setting wins on both
+        assert most_tasks_at_once("cuda") == most_tasks_at_once("cpu") == 4
+
+
+@pytest.mark.cudf
+def test_a_gpu_workflow_fits_transforms_and_writes_with_the_gpu_thread_count(tmp_path, monkeypatch):
+    import pandas as pd
+
+    import tabloader as tl
+    from tabloader import ops, scheduler
+
+    asked = []
+
+    def threads(device):
+        asked.append(device)
+        return backend.GPU_TASK_THREADS
+
+    monkeypatch.setattr(scheduler, "local_task_threads", threads)
+    x = pd.Series(range(1000), dtype="float64", name="x") ** 0.5
+    (tmp_path / "in").mkdir()
+    for i in range(4):  # four files: four partitions
+        x.iloc[i * 250:(i + 1) * 250].to_frame().to_parquet(tmp_path / "in" / f"p{i}.parquet", index=False)
+    ds = tl.Dataset(str(tmp_path / "in"), device="cuda", part_size="1KB")
+    wf = tl.Workflow(["x"] >> ops.Normalize(), progress=False)
+    wf.fit(ds)
+    wf.transform(ds).to_parquet(str(tmp_path / "out"), progress=False)
+    assert ds.npartitions == 4 and asked and set(asked) == {"cuda"}
+    written = pd.read_parquet(tmp_path / "out")["x"]
+    assert written.tolist() == pytest.approx(((x - x.mean()) / x.std(ddof=0)).tolist(), rel=1e-5, abs=1e-6)

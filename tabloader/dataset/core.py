@@ -284,7 +284,7 @@ class Dataset:
         from tabloader.scheduler import compute_tasks
 
         tasks = [dask.delayed(function)(part) for part in self.to_delayed()]
-        return compute_tasks(tasks, desc, progress=progress)
+        return compute_tasks(tasks, desc, progress=progress, device=self.device)
 
     # --- transforms -------------------------------------------------------------------------
     def with_transform(self, function: Callable[[Any], Any], schema: Schema,

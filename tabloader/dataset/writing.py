@@ -57,7 +57,7 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
     with atomic_directory(path, overwrite=overwrite) as tmp:
         tasks = shared_calls(writer, [(group, join(tmp, f"part_{i:05d}.parquet")) for i, group in enumerate(groups)],
                              "write")
-        compute_tasks(tasks, f"writing {path}", progress=progress)
+        compute_tasks(tasks, f"writing {path}", progress=progress, device=dataset.device)
         dataset.schema.save(join(tmp, SCHEMA_FILE_NAME))
     return path
 
