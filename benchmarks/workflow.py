@@ -37,6 +37,19 @@ scaled to 4.4B rows; goal for tabloader on an H100/H200: under 5 minutes, agains
 
     python benchmarks/workflow.py --device cuda --rows 50000000 --freq-threshold 2
 
+``--string-categoricals`` gives the ``C*`` columns as raw Criteo has them (the Kaggle and 1TB
+TSVs; and many users' parquet holds string ids): 8-character lowercase hex strings, one per
+integer id of the integer data (the same Zipf ids and nulls, through a fixed 32-bit bijection,
+:func:`hex_ids`), written once to a directory of their own (default
+``/tmp/tabloader-bench/criteo-strings-5M-10``) by pyarrow, without pandas metadata. Every system
+runs unchanged in meaning: the ids (frequency order, ties by value -- code point order, the same
+for every system) are compared as for integers. Hand-written pandas factorizes a string column
+before looking its distinct values up in the vocabulary (``pd.factorize`` + ``get_indexer``);
+polars and cuDF take strings in the same queries as integers (``replace_strict``; ``merge``).
+
+    python benchmarks/workflow.py --string-categoricals --freq-threshold 2
+    python benchmarks/workflow.py --string-categoricals --device cuda --systems tabloader-cuda,cudf,pandas,polars
+
 ``--scaling`` runs the workflow over 1M / 5M / 20M Criteo rows (``--scaling-rows``), then over
 ``--vocab-rows`` rows of one categorical column holding 100K / 1M / 10M distinct values
 (``--vocab-sizes``; every value equally often, spread over 31 bits), and prints the
