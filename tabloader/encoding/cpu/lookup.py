@@ -207,7 +207,7 @@ class StringKeys:
         arr = pa.array(keys.array if len(keys) else [], type=pa.string(), from_pandas=True)
         self.keys = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
         self._by_hash: Any = None  # built on first use; False when two keys share a hash
-        self._short: Any = None  # (IntKeys of the codes, width), built on first use; False when the keys are not short
+        self._short: Any = None  # (IntKeys of the codes, width), built on first use; False when not short
 
     def __len__(self) -> int:
         return len(self.keys)

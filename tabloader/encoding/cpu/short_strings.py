@@ -79,4 +79,5 @@ def _offsets(values: Any) -> np.ndarray:
     import pyarrow as pa
 
     dtype = np.dtype(np.int64 if pa.types.is_large_string(values.type) else np.int32)
-    return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values) + 1, offset=values.offset * dtype.itemsize)
+    return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values) + 1,
+                         offset=values.offset * dtype.itemsize)
