@@ -88,6 +88,15 @@ def test_codes_are_the_little_endian_bytes_and_unpack_back(arrow_type, width):
         assert unpack_strings(codes, width, arrow_type).to_pylist() == kept
 
 
+def test_a_slice_starting_off_the_8_byte_grid_and_an_all_null_query():
+    codes, width = pack_strings(pa.array(["x", "abcdefgh", "ijklmnop"])[1:], None)  # strings from byte 1
+    assert width == 8
+    assert codes.tolist() == [int.from_bytes(b"abcdefgh", "little"), int.from_bytes(b"ijklmnop", "little")]
+    lookup = cpu.ValueLookup([pd.Series(["abcdefgh", "ijklmnop"], dtype="str")], OP, "c")
+    assert lookup.positions([normalized([None, None])]).tolist() == [-1, -1]
+    assert lookup.positions([normalized(["ijklmnop", None, "abcdefgh"])]).tolist() == [1, -1, 0]
+
+
 def test_strings_of_several_lengths_or_null_rows_holding_bytes_are_not_packed():
     assert pack_strings(pa.array(["ab", "abc"]), None) is None
     assert pack_strings(pa.array(["abcdefghi"]), None) is None  # longer than 8 bytes

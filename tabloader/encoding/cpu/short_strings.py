@@ -24,8 +24,9 @@ def pack_strings(values: Any, mask: np.ndarray | None, width: int | None = None)
     """The uint64 codes of the non-null strings of the pyarrow string array ``values`` (in row
     order) and their byte length, or None when they do not all have one length in
     ``[1, MAX_WIDTH]`` (``width`` when given), a null row holds bytes, or ``values`` is no
-    (non-empty) string or large_string array. ``mask`` is True
-    exactly at the null rows of ``values`` (None when there are none).
+    (non-empty) string or large_string array. ``mask`` is True exactly at the null rows of
+    ``values`` (None when there are none). The codes may be a read-only view of ``values``'
+    buffer.
 
     Example:
         >>> import pyarrow as pa
@@ -50,9 +51,11 @@ def pack_strings(values: Any, mask: np.ndarray | None, width: int | None = None)
     if not (fits.all() if mask is None else np.array_equal(fits, ~mask)):
         return None
     start, end = int(offsets[0]), int(offsets[-1])
+    if start == end:  # every row null
+        return np.zeros(0, np.uint64), width
     data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[start:end]
-    if width == MAX_WIDTH:
-        return data.view("<u8"), width
+    if width == MAX_WIDTH:  # the buffer itself (copied only where it is not 8-byte aligned)
+        return np.require(data.view("<u8"), requirements="A"), width
     words = np.zeros((len(data) // width, MAX_WIDTH), dtype=np.uint8)
     words[:, :width] = data.reshape(-1, width)
     return words.view("<u8").ravel(), width
