@@ -386,7 +386,7 @@ def vocabulary_data(path: str, rows: int, vocabulary: int, files: int = 10, seed
 
 
 # --- raw Criteo with string categoricals (--string-categoricals) ----------------------------------
-DEFAULT_RAW_CRITEO_STRINGS = DEFAULT_RAW_CRITEO.replace("criteo-", "criteo-strings-")
+DEFAULT_RAW_CRITEO_STRINGS = "/tmp/tabloader-bench/criteo-strings-5M-10"
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
