@@ -129,8 +129,7 @@ def test_partitions_merged_in_any_tree_give_the_reference_vocabulary_and_ids(imp
     lookup = lookup_for(keys, impl)
     for part in split(values, cuts) + [values[::-1]]:
         col = enc.normalize_column(OP, "c", series_for(impl, dtype, part))
-        ids = enc.assign_ids(lookup.positions([col]), col.mask, num_buckets,
-                             lambda rows: enc.hash_values(col.take(rows)), "int64")
+        ids = enc.assign_ids(lookup.positions([col]), col.mask, num_buckets, [col], "int64")
         assert host(ids).tolist() == expected_ids(part, values, freq_threshold, max_size, num_buckets)[0]
 
 
@@ -164,7 +163,7 @@ def test_combinations_of_columns_give_the_reference_vocabulary_and_ids(impl, a, 
 
     cols = normalized(0, n)
     ids = enc.assign_ids(lookup_for(keys, impl).positions(cols), enc.null_mask(cols, "any"), num_buckets,
-                         lambda r: enc.cross_hash([c.take(r) for c in cols]), "int64")
+                         cols, "int64")
     assert host(ids).tolist() == expected_ids(rows, num_buckets=num_buckets)[0]
 
 
@@ -256,7 +255,7 @@ def test_list_elements_are_counted_and_encoded_keeping_the_lists():
     lookup = lookup_for(keys)
 
     def encode(c):
-        return cpu.assign_ids(lookup.positions([c]), c.mask, 1, None, "int64")
+        return cpu.assign_ids(lookup.positions([c]), c.mask, 1, [c], "int64")
 
     out = cpu.map_column(OP, "l", lists, encode)
     ids = iter(expected_ids(elements)[0])
