@@ -325,6 +325,21 @@ def repeat(values: Any, counts: Any, total: int) -> Any:
     return values[source]
 
 
+def flatnonzero(keep: Any, total: int) -> Any:
+    """The positions (int64) where the bool array ``keep`` is True, in order (``total`` is how
+    many are): numpy's ``flatnonzero``; CuPy's reads that count back from the device (a wait),
+    so on a GPU each kept position is found by a binary search in the running count.
+
+    Example:
+        >>> flatnonzero(np.array([False, True, True, False]), 2).tolist()
+        [1, 2]
+    """
+    if on_host(keep):
+        return np.flatnonzero(keep)
+    cp = backend.cupy()
+    return cp.searchsorted(cp.cumsum(keep, dtype=cp.int64), cp.arange(1, total + 1, dtype=cp.int64))
+
+
 def permutation(n: int, key: Sequence[int], device: Any) -> Any:
     """A permutation of ``range(n)`` (int64) drawn on ``device`` from a generator seeded by
     ``key`` (never the global RNG). The host and the GPU draw from different generators: the
