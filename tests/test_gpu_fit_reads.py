@@ -3,8 +3,8 @@
 Both group a partition's rows by their keys (``tabloader.encoding.gpu.group_rows``) and gather the
 rows of each group's statistics. On CuPy, selecting the non-null rows (``flatnonzero`` of the
 null mask, a boolean filter), testing the mask (``bool(mask.any())``), ``cupy.unique`` and
-selecting the non-NaN values each read a count back from the device: a wait per column and
-partition. Here the fits run on the numpy-backed CuPy stand-in of ``tests/test_loader_host_reads.py``
+selecting the non-NaN values each read a count back from the device, and ``cupy.bincount``
+reads two: a wait per column and partition. Here the fits run on the numpy-backed CuPy stand-in of ``tests/test_loader_host_reads.py``
 (which refuses those reads), with the operators switched to their GPU paths as
 ``tests/test_gpu_transform_reads.py`` does; the one allowed read (the number of groups and of
 null rows, together) is counted. The fitted statistics are compared with pandas' groupby, by hand.
@@ -21,12 +21,16 @@ from tabloader import ops
 from test_device_counting import stand_in
 from test_gpu_lookup_reads import no_mask_assignment  # noqa: F401 (on_device's fixtures)
 from test_gpu_transform_reads import on_device  # noqa: F401 (the fixture)
-from test_loader_host_reads import cupy  # noqa: F401
+from test_loader_host_reads import HostRead, cupy  # noqa: F401 (cupy: the fixture)
 
 FIT = pd.DataFrame({"c": pd.Series([3, 7, None, 3, 11, 7, 3, None, 7], dtype="Int64"),
                     "d": pd.Series([1, 1, 1, 2, None, 1, 1, 2, 1], dtype="Int64"),
                     "x": [1.0, 2.0, 4.0, 8.0, 16.0, np.nan, 64.0, 128.0, 256.0],
                     "y": [1, 0, 1, 1, 0, 0, 1, 0, 1]})
+
+
+def refuse_bincount(*args, **kwargs):
+    raise HostRead("cupy.bincount reads the largest code back, and whether any is negative")
 
 
 @pytest.fixture
@@ -36,6 +40,7 @@ def fit_on_device(on_device, monkeypatch):  # noqa: F811 (the imported fixture)
     def fit(op, columns):
         on_device()
         standin = stand_in(monkeypatch)  # counts ndarray.get() (backend.host_floats) as a read
+        monkeypatch.setattr(standin, "bincount", refuse_bincount, raising=False)
         partial = op.fit_partial(columns, FIT)
         reads = standin.reads
         op.finalize(columns, partial)

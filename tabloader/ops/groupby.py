@@ -149,18 +149,18 @@ class JoinGroupby(CachedLookups, StatOperator):
     # --- fit -------------------------------------------------------------------------------
     def _moments(self, codes: Any, rows: Any, ngroups: int, frame: Any) -> dict[str, Any]:
         xp = backend.array_lib(codes)
-        out: dict[str, Any] = {"count": xp.bincount(codes, minlength=ngroups).astype(xp.int64)}
+        out: dict[str, Any] = {"count": backend.group_sums(codes, None, ngroups).astype(xp.int64)}
         for c in self.cont_names:
             x = float_values(frame, c)
             x = x if rows is None else x[rows]
             # NaN rows weigh 0 (and are neutral to min/max) rather than being selected out: on a GPU,
             # a selection reads its size back. The sums are the same: adding 0.0 changes none.
             ok = ~xp.isnan(x)
-            n = xp.bincount(codes, weights=ok.astype(xp.float64), minlength=ngroups)
-            s = xp.bincount(codes, weights=xp.where(ok, x, 0.0), minlength=ngroups)
+            n = backend.group_sums(codes, ok, ngroups)
+            s = backend.group_sums(codes, xp.where(ok, x, 0.0), ngroups)
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean = xp.where(n > 0, s / xp.maximum(n, 1), 0.0)
-            m2 = xp.bincount(codes, weights=xp.where(ok, x - mean[codes], 0.0) ** 2, minlength=ngroups)
+            m2 = backend.group_sums(codes, xp.where(ok, x - mean[codes], 0.0) ** 2, ngroups)
             mn = xp.full(ngroups, xp.inf)
             mx = xp.full(ngroups, -xp.inf)
             if {"min", "max"} & set(self.stats) and len(codes):
@@ -215,11 +215,11 @@ class JoinGroupby(CachedLookups, StatOperator):
         for c in self.cont_names:
             m = xp.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
-            n = xp.bincount(codes, weights=n_i, minlength=ngroups)
+            n = backend.group_sums(codes, n_i, ngroups)
             with np.errstate(invalid="ignore", divide="ignore"):
-                mean = xp.where(n > 0, xp.bincount(codes, weights=n_i * mean_i, minlength=ngroups) / xp.maximum(n, 1),
+                mean = xp.where(n > 0, backend.group_sums(codes, n_i * mean_i, ngroups) / xp.maximum(n, 1),
                                 0.0)
-            m2 = xp.bincount(codes, weights=m2_i + n_i * (mean_i - mean[codes]) ** 2, minlength=ngroups)
+            m2 = backend.group_sums(codes, m2_i + n_i * (mean_i - mean[codes]) ** 2, ngroups)
             mn = xp.full(ngroups, xp.inf)
             mx = xp.full(ngroups, -xp.inf)
             xp.minimum.at(mn, codes, m[:, 3])

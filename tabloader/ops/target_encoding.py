@@ -132,8 +132,8 @@ class TargetEncoding(CachedLookups, StatOperator):
         for j, y in enumerate(ys):
             # Null targets weigh 0 rather than being selected out: on a GPU, a selection reads its size back.
             ok = ~xp.isnan(y)
-            for stat, weights in enumerate((ok.astype(xp.float64), xp.where(ok, y, 0.0))):
-                out[:, j, :, stat] = xp.bincount(cell, weights=weights, minlength=ngroups * k).reshape(ngroups, k)
+            for stat, weights in enumerate((ok, xp.where(ok, y, 0.0))):
+                out[:, j, :, stat] = backend.group_sums(cell, weights, ngroups * k).reshape(ngroups, k)
         return out
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
