@@ -60,7 +60,7 @@ class TableBatchedCollection(nn.Module):
     config order: the order of the output), ``table_offsets``, ``total_rows``,
     ``embedding_dim``, ``optimizer``, ``lr``, ``eps``, ``betas`` (read at each backward: set
     them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``
-    and ``step`` (the number of updates so far).
+    ``capturable`` and ``step`` (the number of updates so far).
     """
 
     def __init__(self, configs: Sequence[EmbeddingConfig], optimizer: str, lr: float, eps: float,
