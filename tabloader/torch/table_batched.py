@@ -59,7 +59,7 @@ class TableBatchedCollection(nn.Module):
     ``embedding_dim``. Attributes: ``configs``, ``features`` (every table's features, in
     config order: the order of the output), ``table_offsets``, ``total_rows``,
     ``embedding_dim``, ``optimizer``, ``lr``, ``eps``, ``betas`` (read at each backward: set
-    them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``
+    them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``,
     ``capturable`` and ``step`` (the number of updates so far).
     """
 
