@@ -18,6 +18,7 @@ from tabloader.encoding.contract import NULL_ID, OOV_START
 from tabloader.encoding.cpu import lookup as cpu_lookup
 from tabloader.encoding.cpu.columns import exact_ints
 from tabloader.encoding.gpu.columns import NormalizedColumn
+from tabloader.encoding.gpu.hashing import cross_hash
 
 __all__ = ["ValueLookup", "assign_ids"]
 
@@ -145,18 +146,19 @@ class StringKeys:
         return backend.cupy().asarray(self.index.get_indexer(values)).astype(np.int64)
 
 
-def assign_ids(pos: Any, mask: Any, num_buckets: int, hasher: Any, dtype: Any) -> Any:
+def assign_ids(pos: Any, mask: Any, num_buckets: int, cols: Sequence[NormalizedColumn], dtype: Any) -> Any:
     """Ids of the encoding contract from vocabulary positions, on the device (see the CPU
-    function: ``pos`` -1 is out of vocabulary, ``hasher(rows)`` hashes the given rows).
+    function: ``pos`` -1 is out of vocabulary, ``cols`` the key columns hashed into the buckets).
 
     With ``num_buckets > 1`` every row is hashed and the out-of-vocabulary rows take their bucket
     by ``where``: selecting those rows first (``flatnonzero``) reads their count back from the
-    device, a wait per column and partition. The ids are the CPU's.
+    device, a wait per column and partition. The columns are hashed as they are (gathering a
+    string column by the rows ``0..n-1`` would copy every string first). The ids are the CPU's.
     """
     cp = backend.cupy()
     ids = pos.astype(cp.int64, copy=False) + (OOV_START + num_buckets)  # position -1: the one OOV id when num_buckets == 1
     if num_buckets > 1:
-        buckets = (hasher(cp.arange(len(ids))) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
+        buckets = (cross_hash(cols) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
         ids = cp.where(pos < 0, buckets, ids)
     if mask is not None:
         ids = cp.where(mask, NULL_ID, ids)  # see ValueLookup.positions: no read back
