@@ -41,8 +41,8 @@ vocabulary the same order, so CPU and GPU give identical ids):
   (``pd.Index.get_indexer``); strings ``pyarrow.compute.index_in``, or the partition's
   distinct strings by 64-bit hash when the vocabulary is the larger; several columns as
   combined codes. GPU: the fitted keys copied to the device once; numbers sorted there,
-  found by ``cupy.searchsorted`` and an equality check; strings by a device join
-  (``cudf.Index.get_indexer``); several columns as combined codes.
+  found by ``cupy.searchsorted`` and an equality check; strings sorted there by libcudf, found
+  by a ``cupy.RawKernel`` binary search in libcudf's byte order; several columns as combined codes.
 * ``assign_ids`` (contract ids from positions) -- CPU: numpy ``putmask`` / ``flatnonzero``.
   GPU: CuPy ``where`` over every row (every row hashed, the key columns as they are: selecting
   the out-of-vocabulary rows reads their count back from the device).

@@ -112,8 +112,8 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
     """
 
     device_note = ("Counts with cuDF/CuPy (partials merged on the GPU), sorts the vocabulary on the GPU and copies "
-                   "it to the host once at fit; looks values up on the GPU (sorted search for numbers, a join for "
-                   "strings).")
+                   "it to the host once at fit; looks values up on the GPU (a binary search in keys sorted once, "
+                   "strings by a CuPy kernel).")
 
     def __init__(self, freq_threshold: int | dict[str, int] = 0, max_size: int | dict[str, int] = 0,
                  num_buckets: int | dict[str, int] = 1, encode_type: str = "joint",
