@@ -10,6 +10,9 @@ random output gradient, optimizer update of the tables. Compared:
 * ``sparse+SGD``        -- ``nn.Embedding(sparse=True)`` per table + ``torch.optim.SGD``
 * ``reference <opt>``   -- :class:`FusedEmbeddingCollection` with the PyTorch reference backend
 * ``fused <opt>``       -- :class:`FusedEmbeddingCollection` with the Triton kernels (CUDA only)
+* ``graphed <opt>``     -- the fused collection with ``capturable=True``, its whole step captured
+  once in a CUDA graph and replayed (CUDA only; no id check): the step without its launch
+  overhead. Its speed-up is against ``fused <opt>``.
 * ``jagged <opt>``      -- the same collection (Triton on CUDA, the reference on CPU) fed the batch
   as one keyed jagged batch (``tabloader.torch.Loader(output="jagged")``) instead of the
   dict of per-column tensors: no per-batch restacking of the columns in the collection. The
@@ -133,6 +136,36 @@ def make_fused(backend: str, optimizer: str, cards, dim, grad_out, args) -> Call
     return step
 
 
+def make_graphed(optimizer: str, cards, dim, grad_out, args, batches: list[dict]) -> Callable[[dict], None]:
+    """The fused step captured once in a CUDA graph and replayed (``capturable=True``, no id
+    check): what ``torch.cuda.graph`` around a training step, or ``torch.compile(mode=
+    "reduce-overhead")``, gives. A step copies the batch into the graph's input -- one copy, the
+    columns stacked as the loader keeps them, stacked here once per batch -- and replays; the
+    copy is in the time."""
+    configs = [EmbeddingConfig(f"C{i + 1}", c, dim) for i, c in enumerate(cards)]
+    coll = FusedEmbeddingCollection(configs, optimizer=optimizer, lr=1e-3 if optimizer == "adam" else 0.01,
+                                    backend="triton", device=args.device, validate_indices=False, capturable=True)
+    names = [f"C{i + 1}" for i in range(len(cards))]
+    stacked = {id(b): torch.stack([b[n] for n in names]) for b in batches}
+    static = torch.ones_like(next(iter(stacked.values())))
+    feats = {n: static[i] for i, n in enumerate(names)}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # kernels compiled and the allocator settled before the capture
+        for _ in range(2):
+            coll(feats).backward(grad_out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        coll(feats).backward(grad_out)
+
+    def step(batch):
+        static.copy_(stacked[id(batch)])
+        graph.replay()
+
+    return step
+
+
 def as_jagged(step: Callable[[Any], None], batches: list[dict]) -> Callable[[dict], None]:
     """``step`` fed the keyed jagged form of each batch (built once, as the loader yields it)."""
     jagged = {id(b): keyed_jagged(b, list(b), as_torchrec=False) for b in batches}
@@ -245,7 +278,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=int, default=None, help="timed steps (median reported)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--methods", default=None,
-                   help="comma list among dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused,jagged")
+                   help="comma list among dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused,graphed,jagged")
     p.add_argument("--optimizers", default="adam,sgd,adagrad", help="optimizers of the fused collection")
     p.add_argument("--no-validate", action="store_true", help="skip the index bounds check")
     p.add_argument("--threads", type=int, default=None)
@@ -262,7 +295,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.batch = args.batch or (65536 if cuda else 8192)
     args.steps = args.steps or (20 if cuda else 7)
     args.interleave = (not cuda) if args.interleave is None else args.interleave
-    methods = (args.methods or ("dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused,jagged" if cuda
+    methods = (args.methods or ("dense+Adam,sparse+SparseAdam,sparse+SGD,reference,fused,graphed,jagged" if cuda
                                 else "dense+Adam,sparse+SparseAdam,sparse+SGD,reference,jagged")).split(",")
     optimizers = args.optimizers.split(",")
 
@@ -282,6 +315,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if m in ("dense+Adam", "sparse+SparseAdam", "sparse+SGD"):
             makers[m] = lambda m=m: make_baseline(m, cards, dim, grad_out, args)
             opt_of[m] = {"dense+Adam": "adam", "sparse+SparseAdam": "adam", "sparse+SGD": "sgd"}[m]
+        elif m == "graphed":
+            if not cuda:
+                p.error("method 'graphed' (a CUDA graph) needs --device cuda")
+            for o in optimizers:
+                makers[f"{m} {o}"] = lambda o=o: make_graphed(o, cards, dim, grad_out, args, batches)
+                opt_of[f"{m} {o}"] = o
         elif m in ("reference", "fused", "jagged"):
             backend = "triton" if m == "fused" or (m == "jagged" and cuda) else "reference"
             for o in optimizers:
@@ -330,6 +369,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         ref_key = "sparse+SGD" if r["optimizer"] == "sgd" else "sparse+SparseAdam"
         if r["method"].startswith("jagged"):  # against the same collection fed the dict of columns
             ref_key = f"{'fused' if cuda else 'reference'} {r['optimizer']}"
+        if r["method"].startswith("graphed"):  # against the same step launched eagerly
+            ref_key = f"fused {r['optimizer']}"
         speedup = base.get(ref_key, float("nan")) / r["ms_per_step"] if r["status"] == "ok" else float("nan")
         rows.append([r["method"], r["status"], r["ms_per_step"], r["rows_per_s"] / 1e6, r["gb_per_s"],
                      "-" if r["pct_peak"] is None else f"{r['pct_peak']:.0f}%",

@@ -325,6 +325,39 @@ def repeat(values: Any, counts: Any, total: int) -> Any:
     return values[source]
 
 
+def flatnonzero(keep: Any, total: int) -> Any:
+    """The positions (int64) where the bool array ``keep`` is True, in order (``total`` is how
+    many are): numpy's ``flatnonzero``; CuPy's reads that count back from the device (a wait),
+    so on a GPU each kept position is found by a binary search in the running count.
+
+    Example:
+        >>> flatnonzero(np.array([False, True, True, False]), 2).tolist()
+        [1, 2]
+    """
+    if on_host(keep):
+        return np.flatnonzero(keep)
+    cp = backend.cupy()
+    return cp.searchsorted(cp.cumsum(keep, dtype=cp.int64), cp.arange(1, total + 1, dtype=cp.int64))
+
+
+def group_sums(codes: Any, weights: Any, n: int) -> Any:
+    """The float64 sums of ``weights`` by group (``codes`` in ``0..n-1``; counts when ``weights``
+    is None): numpy's ``bincount``; CuPy's reads the largest code back and whether any is
+    negative (two waits for the device), so on a GPU each weight is added to its group
+    (``cupy.add.at``: atomic, as CuPy's bincount adds too).
+
+    Example:
+        >>> group_sums(np.array([1, 0, 1]), np.array([0.5, 2.0, 1.0]), 3).tolist()
+        [2.0, 1.5, 0.0]
+    """
+    if on_host(codes):
+        return np.bincount(codes, weights, minlength=n).astype(np.float64, copy=False)
+    cp = backend.cupy()
+    out = cp.zeros(n, dtype=cp.float64)
+    cp.add.at(out, codes, cp.ones(len(codes)) if weights is None else weights.astype(cp.float64, copy=False))
+    return out
+
+
 def permutation(n: int, key: Sequence[int], device: Any) -> Any:
     """A permutation of ``range(n)`` (int64) drawn on ``device`` from a generator seeded by
     ``key`` (never the global RNG). The host and the GPU draw from different generators: the

@@ -454,6 +454,43 @@ def case_grid_does_not_change_results(device, size):
                     assert torch.equal(a, b), f"{optimizer} {dtype} pooled={pooled}: programs={programs} differs"
 
 
+def case_capturable_equals_eager(device, size):
+    """``capturable=True`` (learning rate and step count on the device, read by the update kernel)
+    trains exactly as the default: every optimizer, single-hot and pooled, 3 steps with the
+    learning rate changed between steps, the step counted; its state dict loads into a default
+    collection and back."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+
+    for optimizer in ("sgd", "adagrad", "adam"):
+        for pooled in (False, True):
+            colls = []
+            for capturable in (False, True):
+                torch.manual_seed(0)
+                colls.append(FusedEmbeddingCollection(
+                    _configs(size, pooled), optimizer=optimizer, lr=0.05, backend="triton", device=device,
+                    chunk_size=SIZES[size]["chunk"], validate_indices=False, capturable=capturable))
+            eager, graphable = colls
+            start = eager.weight.detach().clone()
+            for step in range(3):
+                feats = _batch(size, device, 20 + step, pooled=pooled)
+                for coll in colls:
+                    coll.lr = 0.05 / (step + 1)
+                    out = coll(feats)
+                    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
+                    (out * upstream).sum().backward()
+            what = f"{optimizer} pooled={pooled}"
+            assert not torch.equal(eager.weight, start), f"{what}: the updates changed nothing"
+            assert graphable.step == eager.step == 3, f"{what}: step {graphable.step}, expected 3"
+            for (name, a), (_, b) in zip(graphable.state_dict().items(), eager.state_dict().items()):
+                if isinstance(a, torch.Tensor):  # the learning rate and bias correction: computed apart, same float32
+                    _close(a, b, f"{what} {name}", rtol=1e-6, atol=0.0)
+            restored = FusedEmbeddingCollection(_configs(size, pooled), optimizer=optimizer, backend="triton",
+                                                device=device, capturable=True)
+            restored.load_state_dict(eager.state_dict())
+            assert restored.step == 3 and restored._device_step.item() == 3.0, f"{what}: step not restored"
+
+
 def zipf_batch(device):
     """26 tables, 65536 x Zipf ids, dim 128, 2 steps: triton == reference for every optimizer;
     SGD == nn.Embedding + torch.optim.SGD table by table (CUDA only: 6.2M rows)."""

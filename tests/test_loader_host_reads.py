@@ -97,6 +97,8 @@ class StandInCupy:
             out = attr(*args, **kwargs)
             return _device(out) if isinstance(out, (np.ndarray, np.generic)) else out
 
+        if isinstance(attr, np.ufunc):
+            on_device.at = attr.at  # in place (cupy.add.at, cupy.minimum.at): the arrays stay device arrays
         return on_device
 
 

@@ -126,6 +126,38 @@ def test_an_integer_cast_that_would_change_a_value_is_refused(values, dtype, nam
         ops.AsType(dtype).transform(["x"], pd.DataFrame({"x": values}))
 
 
+def test_a_fraction_is_named_before_a_value_outside_the_range():
+    with pytest.raises(ValueError, match=r"column 'x' holds 2.5 \(1 such value\(s\)\), which has a fraction"):
+        ops.AsType("int8").transform(["x"], pd.DataFrame({"x": [1e30, 2.5, 3.0]}))
+
+
+@pytest.fixture
+def reductions(monkeypatch):
+    """The names of the reductions asked of any Series: on cuDF each one's answer is read back
+    from the device (a wait per column and partition)."""
+    asked = []
+    for name in ("any", "all", "sum", "min", "max", "count", "nunique"):
+        def counted(self, *args, _name=name, _original=getattr(pd.Series, name), **kwargs):
+            asked.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(pd.Series, name, counted)
+    return asked
+
+
+@pytest.mark.parametrize("values, dtype", [
+    (pd.Series([1.0, np.nan, -3.0, 2.0**40]), "int64"),  # a fraction, or a value outside the range?
+    (pd.Series(pd.array([decimal.Decimal("12.00"), None, decimal.Decimal("-7.00")],
+                        dtype=pd.ArrowDtype(pa.decimal128(12, 2)))), "int32"),
+    (pd.Series([5, None, -100], dtype="Int64"), "int8"),  # only the range
+])
+def test_an_integer_cast_asks_one_question_of_a_column_that_passes(values, dtype, reductions):
+    out = ops.AsType(dtype).transform(["x"], pd.DataFrame({"x": values}))["x"]
+    assert reductions == ["any"]
+    expected = [None if pd.isna(v) else int(v) for v in values.tolist()]  # every value whole and in range
+    assert [None if pd.isna(v) else v for v in out.tolist()] == expected
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int8", "uint32"])
 def test_floats_at_the_integer_bounds_are_cast(dtype):
     info = np.iinfo(dtype)

@@ -48,8 +48,9 @@ def normalized(values: list):
 
 @settings(max_examples=150, deadline=None)
 @given(values=fixed_width_column(), unseen=fixed_width_column(), cuts=st.lists(st.integers(0, 60), max_size=5),
-       seed=st.integers(0, 2**32 - 1), freq_threshold=st.integers(0, 3))
-def test_partitions_of_one_width_give_the_reference_vocabulary_and_ids(values, unseen, cuts, seed, freq_threshold):
+       seed=st.integers(0, 2**32 - 1), freq_threshold=st.integers(0, 3), num_buckets=st.integers(1, 3))
+def test_partitions_of_one_width_give_the_reference_vocabulary_and_ids(values, unseen, cuts, seed, freq_threshold,
+                                                                       num_buckets):
     partials = []
     for part in split(values, cuts):
         col = normalized(part)
@@ -70,8 +71,8 @@ def test_partitions_of_one_width_give_the_reference_vocabulary_and_ids(values, u
     lookup = cpu.ValueLookup([pd.Series(cpu.keys_to_pandas(k)) for k in keys], OP, "c")
     for part in split(values, cuts) + [values[::-1], unseen + values]:
         col = normalized(part)
-        ids = cpu.assign_ids(lookup.positions([col]), col.mask, 1, None, "int64")
-        assert ids.tolist() == expected_ids(part, values, freq_threshold)[0]
+        ids = cpu.assign_ids(lookup.positions([col]), col.mask, num_buckets, [col], "int64")
+        assert ids.tolist() == expected_ids(part, values, freq_threshold, 0, num_buckets)[0]
 
 
 @pytest.mark.parametrize("arrow_type", [pa.string(), pa.large_string()])

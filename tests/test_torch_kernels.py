@@ -69,13 +69,16 @@ def native_builds():
 
 def test_every_kernel_launch_of_the_collections_compiles_for_sm90(native_builds):
     """The launches of the fused and offloaded collections -- single-hot and pooled, each
-    optimizer, fp32/fp16/bf16 activations, dims 8 to 512 -- all compile to sm_90 cubins."""
+    optimizer, fp32/fp16/bf16 activations, dims 8 to 512, capturable or not -- all compile to
+    sm_90 cubins."""
     assert not native_builds["failures"], "\n".join(native_builds["failures"])
     builds = native_builds["builds"]
     assert all(b["cubin"] for b in builds)
     assert {b["kernel"] for b in builds} == {"gather", "pooled", "partial", "update"}
     updates = [b for b in builds if b["kernel"] == "update"]
     assert {b["constexprs"]["OPT"] for b in updates} == {0, 1, 2}
+    on_device = {b["constexprs"]["OPT"] for b in updates if b["constexprs"]["HYPER_ON_DEVICE"]}
+    assert on_device == {0, 1, 2}, "capturable=True: the update reading lr/step_size from the device"
     assert {b["signature"]["grad"] for b in updates} == {"*fp32", "*fp16", "*bf16"}
     assert {b["signature"]["out"] for b in builds if b["kernel"] == "gather"} == {"*fp32", "*fp16", "*bf16"}
     assert {b["constexprs"]["BLOCK_D"] for b in builds} == {16, 64, 128, 512}

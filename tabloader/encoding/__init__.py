@@ -22,14 +22,16 @@ vocabulary the same order, so CPU and GPU give identical ids):
   offsets when they fit); strings ``pyarrow.compute.value_counts`` (short ones as numbers); several columns
   ``pd.factorize`` per column. GPU: numbers by ``cupy.sort`` and the starts of runs of equal
   values, their number kept on the device and read back once for all the columns of the call
-  (``cupy.unique`` reads it back per column); strings and several columns ``Series.factorize``
-  per column (codes combined and renumbered) and ``cupy.bincount``.
+  (``cupy.unique`` reads it back per column); strings ``Series.factorize`` and counts of codes
+  by ``cupy.add.at``; several columns (and strings under another column's null mask) by stable
+  sorts on every column (a string column by its ``Series.factorize`` codes, null rows sorted
+  last), runs of equal rows counted, their number kept on the device as for numbers.
 * ``merge_counts`` (``merge_counts_each``) -- CPU: concatenate two sorted runs, add equal keys (short strings as numbers too).
   GPU (the switch ``TABLOADER_GPU_MERGE``, see :mod:`tabloader.encoding.gpu.counting`): on the
   device, concatenated keys sorted again and the counts of each run added (numbers, sizes read
-  back once per call), strings and combinations grouped again and counts added by
-  ``cupy.add.at`` (default); or each partial copied once to the host in the CPU layout and
-  merged there.
+  back once per call), strings and combinations grouped again by the sorts of ``count_values``
+  and counts added by ``cupy.add.at`` (default); or each partial copied once to the host in
+  the CPU layout and merged there.
 * ``vocabulary`` -- CPU: the threshold filter, then ``pyarrow.compute.sort_indices`` by count
   descending, keys ascending. GPU: ``DataFrame.sort_values([count, keys...],
   ascending=[False, True, ...])`` then ``head(max_size)`` (cuDF sorts strings by their UTF-8
@@ -39,19 +41,19 @@ vocabulary the same order, so CPU and GPU give identical ids):
   (``pd.Index.get_indexer``); strings as numbers when short, else ``pyarrow.compute.index_in``, or the partition's
   distinct strings by 64-bit hash when the vocabulary is the larger; several columns as
   combined codes. GPU: the fitted keys copied to the device once; numbers sorted there,
-  found by ``cupy.searchsorted`` and an equality check; strings by a device join
-  (``cudf.Index.get_indexer``); several columns as combined codes.
+  found by ``cupy.searchsorted`` and an equality check; strings sorted there by libcudf, found
+  by a ``cupy.RawKernel`` binary search in libcudf's byte order; several columns as combined codes.
 * ``assign_ids`` (contract ids from positions) -- CPU: numpy ``putmask`` / ``flatnonzero``.
-  GPU: CuPy ``where`` over every row (out-of-vocabulary rows hashed without selecting them:
-  a selection reads its count back from the device).
+  GPU: CuPy ``where`` over every row (every row hashed, the key columns as they are: selecting
+  the out-of-vocabulary rows reads their count back from the device).
 * ``hash_values``, ``cross_hash`` -- CPU: ``backend.hash_int64`` (splitmix64) on numpy;
   strings FNV-1a-64 over the distinct values' UTF-8 bytes (``backend.hash_strings``). GPU:
   ``backend.hash_int64`` on CuPy arrays (pure integer arithmetic, the same bits); strings a
   ``cupy.RawKernel``, one thread per row running FNV-1a over the chars between
   its offsets in the cuDF column (pylibcudf's offsets child and data buffer), then splitmix64.
 * ``group_rows``, ``union_keys`` -- CPU: ``pd.factorize`` per column, combined codes. GPU:
-  ``Series.factorize`` / ``cupy.unique`` per column, combined codes, first rows by
-  ``cupy.minimum.at``.
+  the stable sorts of ``count_values`` (null rows sorted last, not selected out), the number
+  of groups (and of null rows) read back once.
 * ``normalize_elements``, ``map_column`` (list columns) -- both through
   ``backend.list_layout`` / ``backend.build_list``: the arrow list array's offsets and values
   on the CPU; on the GPU the pylibcudf column's offsets and sliced child, rebuilt as a

@@ -76,13 +76,15 @@ class AsType(Operator):
     def _integers(self, col: str, series: Any, kind: str) -> Any:
         if kind == "f":
             series = backend.nans_as_nulls(series)  # cuDF keeps NaN apart from its nulls; pandas casts NaN to NA
-        if kind in "fd":
-            fractional = (series.round(0) != series) & series.notna()
-            if bool(fractional.any()):
+        fractional = (series.round(0) != series) & series.notna() if kind in "fd" else None
+        outside = self._outside_the_range(series, kind)
+        checks = [c for c in (fractional, outside) if c is not None]
+        # One question for both checks: on cuDF each any() waits for the device (a wait per column and partition);
+        # which check failed is only asked when one did.
+        if checks and bool((checks[0] if len(checks) == 1 else checks[0] | checks[1]).any()):
+            if fractional is not None and bool(fractional.any()):
                 raise ValueError(self._changed(col, series[fractional], "has a fraction",
                                                "round it first, or cast to a float"))
-        outside = self._outside_the_range(series, kind)
-        if outside is not None and bool(outside.any()):
             raise ValueError(self._changed(col, series[outside], f"is outside {self.dtype}'s range",
                                            "cast ids to 'string', amounts to a float, or use a wider type"))
         return series.astype(backend.integer_dtype(series, self.dtype))

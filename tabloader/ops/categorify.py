@@ -112,8 +112,8 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
     """
 
     device_note = ("Counts with cuDF/CuPy (partials merged on the GPU), sorts the vocabulary on the GPU and copies "
-                   "it to the host once at fit; looks values up on the GPU (sorted search for numbers, a join for "
-                   "strings).")
+                   "it to the host once at fit; looks values up on the GPU (a binary search in keys sorted once, "
+                   "strings by a CuPy kernel).")
 
     def __init__(self, freq_threshold: int | dict[str, int] = 0, max_size: int | dict[str, int] = 0,
                  num_buckets: int | dict[str, int] = 1, encode_type: str = "joint",
@@ -334,14 +334,13 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
             nb = self._buckets(key)
             if kind == "combo":
                 cols = [self._normalize_scalar(enc, c, frame[c]) for c in inputs]
-                out[outputs[0]] = enc.assign_ids(lookup.positions(cols), enc.null_mask(cols, "any"), nb,
-                                                 lambda rows: enc.cross_hash([c.take(rows) for c in cols]), self.dtype)
+                out[outputs[0]] = enc.assign_ids(lookup.positions(cols), enc.null_mask(cols, "any"), nb, cols,
+                                                 self.dtype)
                 continue
             list_columns = getattr(self, "list_columns_", ())
             for name in inputs:
                 def encode(col: Any) -> Any:
-                    return enc.assign_ids(lookup.positions([col]), col.mask, nb,
-                                          lambda rows: enc.hash_values(col.take(rows)), self.dtype)
+                    return enc.assign_ids(lookup.positions([col]), col.mask, nb, [col], self.dtype)
 
                 out[name] = enc.map_column(self, name, frame[name], encode, is_list=name in list_columns)
         return backend.frame_from_columns(out, frame.index, like=frame)

@@ -149,22 +149,23 @@ class JoinGroupby(CachedLookups, StatOperator):
     # --- fit -------------------------------------------------------------------------------
     def _moments(self, codes: Any, rows: Any, ngroups: int, frame: Any) -> dict[str, Any]:
         xp = backend.array_lib(codes)
-        out: dict[str, Any] = {"count": xp.bincount(codes, minlength=ngroups).astype(xp.int64)}
+        out: dict[str, Any] = {"count": backend.group_sums(codes, None, ngroups).astype(xp.int64)}
         for c in self.cont_names:
             x = float_values(frame, c)
             x = x if rows is None else x[rows]
+            # NaN rows weigh 0 (and are neutral to min/max) rather than being selected out: on a GPU,
+            # a selection reads its size back. The sums are the same: adding 0.0 changes none.
             ok = ~xp.isnan(x)
-            xc, cc = x[ok], codes[ok]
-            n = xp.bincount(cc, minlength=ngroups).astype(xp.float64)
-            s = xp.bincount(cc, weights=xc, minlength=ngroups)
+            n = backend.group_sums(codes, ok, ngroups)
+            s = backend.group_sums(codes, xp.where(ok, x, 0.0), ngroups)
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean = xp.where(n > 0, s / xp.maximum(n, 1), 0.0)
-            m2 = xp.bincount(cc, weights=(xc - mean[cc]) ** 2, minlength=ngroups)
+            m2 = backend.group_sums(codes, xp.where(ok, x - mean[codes], 0.0) ** 2, ngroups)
             mn = xp.full(ngroups, xp.inf)
             mx = xp.full(ngroups, -xp.inf)
-            if {"min", "max"} & set(self.stats) and len(cc):
-                xp.minimum.at(mn, cc, xc)
-                xp.maximum.at(mx, cc, xc)
+            if {"min", "max"} & set(self.stats) and len(codes):
+                xp.minimum.at(mn, codes, xp.where(ok, x, xp.inf))
+                xp.maximum.at(mx, codes, xp.where(ok, x, -xp.inf))
             out[c] = xp.stack([n, mean, m2, mn, mx], axis=1)
         return out
 
@@ -176,14 +177,16 @@ class JoinGroupby(CachedLookups, StatOperator):
             cols = normalize_keys(self, enc, group, frame)
             mask, codes, keys, kinds = enc.group_rows(cols)
             xp = backend.array_lib(codes)
-            rows = None if mask is None else xp.flatnonzero(~mask)
+            # The rows with a null key are those without a code: counted on the host, so that their
+            # positions take no wait for the device (as flatnonzero and testing the mask do on a GPU).
+            nulls = len(frame) - len(codes)
+            rows = None if not nulls else backend.flatnonzero(~mask, len(codes))
             groups = None
             if keys is not None:
                 groups = {"keys": keys, "kinds": kinds, **self._moments(codes, rows, len(keys[0]), frame)}
             null = None
-            if mask is not None and bool(mask.any()):
-                null_rows = xp.flatnonzero(mask)
-                null = self._moments(xp.zeros(len(null_rows), xp.int64), null_rows, 1, frame)
+            if nulls:
+                null = self._moments(xp.zeros(nulls, xp.int64), backend.flatnonzero(mask, nulls), 1, frame)
             partial[prefix] = {"groups": groups, "null": null}
         return partial
 
@@ -212,11 +215,11 @@ class JoinGroupby(CachedLookups, StatOperator):
         for c in self.cont_names:
             m = xp.concatenate([a[c], b[c]])
             n_i, mean_i, m2_i = m[:, 0], m[:, 1], m[:, 2]
-            n = xp.bincount(codes, weights=n_i, minlength=ngroups)
+            n = backend.group_sums(codes, n_i, ngroups)
             with np.errstate(invalid="ignore", divide="ignore"):
-                mean = xp.where(n > 0, xp.bincount(codes, weights=n_i * mean_i, minlength=ngroups) / xp.maximum(n, 1),
+                mean = xp.where(n > 0, backend.group_sums(codes, n_i * mean_i, ngroups) / xp.maximum(n, 1),
                                 0.0)
-            m2 = xp.bincount(codes, weights=m2_i + n_i * (mean_i - mean[codes]) ** 2, minlength=ngroups)
+            m2 = backend.group_sums(codes, m2_i + n_i * (mean_i - mean[codes]) ** 2, ngroups)
             mn = xp.full(ngroups, xp.inf)
             mx = xp.full(ngroups, -xp.inf)
             xp.minimum.at(mn, codes, m[:, 3])

@@ -130,9 +130,10 @@ class TargetEncoding(CachedLookups, StatOperator):
         out = xp.zeros((ngroups, len(ys), k, 2))
         cell = codes * k + folds
         for j, y in enumerate(ys):
+            # Null targets weigh 0 rather than being selected out: on a GPU, a selection reads its size back.
             ok = ~xp.isnan(y)
-            out[:, j, :, 0] = xp.bincount(cell[ok], minlength=ngroups * k).reshape(ngroups, k)
-            out[:, j, :, 1] = xp.bincount(cell[ok], weights=y[ok], minlength=ngroups * k).reshape(ngroups, k)
+            for stat, weights in enumerate((ok, xp.where(ok, y, 0.0))):
+                out[:, j, :, stat] = backend.group_sums(cell, weights, ngroups * k).reshape(ngroups, k)
         return out
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, Any]:
@@ -140,23 +141,24 @@ class TargetEncoding(CachedLookups, StatOperator):
         ys = [float_values(frame, t) for t in self.targets]
         xp = backend.array_lib(ys[0])
         folds = fold_of(frame.index, int(self.kfold), self.fold_seed)
-        totals = xp.zeros((len(ys), 2))
-        for j, y in enumerate(ys):
-            totals[j, 0], totals[j, 1] = (~xp.isnan(y)).sum(), xp.nansum(y)
+        totals = xp.stack([xp.stack([(~xp.isnan(y)).sum(dtype=xp.float64), xp.nansum(y)]) for y in ys])
         partial: dict[str, Any] = {"__global__": totals}
         enc = backend.encoding_for(frame)
         for prefix, group in key_groups(columns):
             cols = normalize_keys(self, enc, group, frame)
             mask, codes, keys, kinds = enc.group_rows(cols)
-            rows = xp.arange(len(frame)) if mask is None else xp.flatnonzero(~mask)
+            # The rows with a null key are those without a code: counted on the host, so that their
+            # positions take no wait for the device (as flatnonzero and testing the mask do on a GPU).
+            nulls = len(frame) - len(codes)
+            rows = xp.arange(len(frame)) if not nulls else backend.flatnonzero(~mask, len(codes))
             groups = None
             if keys is not None:
                 groups = {"keys": keys, "kinds": kinds,
                           "sums": self._sums(codes, folds[rows], len(keys[0]), [y[rows] for y in ys])}
             null = None
-            if mask is not None and bool(mask.any()):
-                nr = xp.flatnonzero(mask)
-                null = self._sums(xp.zeros(len(nr), np.int64), folds[nr], 1, [y[nr] for y in ys])
+            if nulls:
+                nr = backend.flatnonzero(mask, nulls)
+                null = self._sums(xp.zeros(nulls, np.int64), folds[nr], 1, [y[nr] for y in ys])
             partial[prefix] = {"groups": groups, "null": null}
         return partial
 

@@ -195,7 +195,7 @@ def _compile_categorify(op: Categorify, inputs: list) -> Step:
             if kind == "combo":
                 normalized = [_normalized(enc, cols[n]) for n in names]
                 ids = enc.assign_ids(lookup.positions(normalized), enc.null_mask(normalized, "any"), nb,
-                                     lambda rows: enc.cross_hash([c.take(rows) for c in normalized]), op.dtype)
+                                     normalized, op.dtype)
                 out[outputs[0]] = Column(ids)
                 continue
             for name in names:
@@ -204,8 +204,7 @@ def _compile_categorify(op: Categorify, inputs: list) -> Step:
                     raise Unsupported("a list column that was not one at fit, or the reverse")
 
                 def encode(c: Any) -> np.ndarray:
-                    return enc.assign_ids(lookup.positions([c]), c.mask, nb,
-                                          lambda rows: enc.hash_values(c.take(rows)), op.dtype)
+                    return enc.assign_ids(lookup.positions([c]), c.mask, nb, [c], op.dtype)
 
                 out[name] = _map_elements(enc, col, encode)
         return out

@@ -31,7 +31,8 @@ import torch
 from tabloader.backend import is_host
 from tabloader.torch.reference import LookupPlan, adam_step_size, reference_forward, reference_update
 
-__all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "segments", "max_chunks"]
+__all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "device_hyper",
+           "segments", "max_chunks"]
 
 BACKENDS = ("auto", "triton", "reference")
 TRITON_DEVICE_TYPE = "cuda"  # the torch device type of the GPUs Triton compiles for (NVIDIA and AMD)
@@ -115,20 +116,49 @@ def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dt
 
 def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
            plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor, *, optimizer: str, lr: float,
-           eps: float, betas: tuple[float, float], step: int, chunk_size: int, programs: int | None = None) -> None:
+           eps: float, betas: tuple[float, float], step: int, chunk_size: int, programs: int | None = None,
+           device_lr: torch.Tensor | None = None, device_step: torch.Tensor | None = None) -> None:
     """Backward + optimizer update of ``plan``'s rows of ``weight`` (and states) in place, by the
     kernels or the reference; ``step`` is the already incremented global step, ``programs`` the
-    kernels' grid (see :func:`tabloader.torch.kernels.fused_backward_update`)."""
+    kernels' grid (see :func:`tabloader.torch.kernels.fused_backward_update`).
+
+    ``device_lr`` and ``device_step`` (one-element float64 tensors on the weight's device), when
+    given, replace ``lr`` and ``step``: the kernels then take the learning rate and Adam's bias
+    correction from device memory (:func:`device_hyper`), so that the update can be captured in
+    a CUDA graph and replayed step after step (the reference reads them back: not capturable).
+    """
     if kernels is None:
+        if device_step is not None:
+            lr, step = float(device_lr), int(device_step)
         reference_update(weight, plan, grad, optimizer, lr, state1, state2, padding_rows, eps, betas, step)
         return
     seg = segments(plan.rows, padding_rows, chunk_size, weight.shape[0])
-    step_size = adam_step_size(lr, betas, step) if optimizer == "adam" else 0.0
+    hyper = None if device_step is None else device_hyper(optimizer, device_lr, device_step, betas)
+    step_size = adam_step_size(lr, betas, step) if optimizer == "adam" and hyper is None else 0.0
     kernels.fused_backward_update(
         weight, state1, state2, grad, seg["perm"], plan.bag, plan.scale,
         seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"], seg["used_segments"],
         seg["chunk_start"], seg["chunk_count"], seg["used_chunks"], optimizer=optimizer, lr=lr, eps=eps,
-        beta1=betas[0], beta2=betas[1], step_size=step_size, programs=programs)
+        beta1=betas[0], beta2=betas[1], step_size=step_size, programs=programs, hyper=hyper)
+
+
+def device_hyper(optimizer: str, lr: torch.Tensor, step: torch.Tensor, betas: tuple[float, float]) -> torch.Tensor:
+    """``[lr, step_size]`` (float32) computed on the device of the one-element float64 tensors
+    ``lr`` and ``step``, in the operations :func:`~tabloader.torch.reference.adam_step_size` does
+    on the host (``step_size`` is Adam's bias-corrected step, 0 for the other optimizers).
+
+    Example:
+        >>> hyper = device_hyper("adam", torch.tensor([0.1], dtype=torch.float64),
+        ...                      torch.tensor([1.0], dtype=torch.float64), (0.9, 0.999))
+        >>> hyper.dtype, round(hyper[1].item(), 6) == round(adam_step_size(0.1, (0.9, 0.999), 1), 6)
+        (torch.float32, True)
+    """
+    if optimizer == "adam":
+        b1, b2 = betas
+        step_size = lr * torch.sqrt(1.0 - torch.pow(b2, step)) / (1.0 - torch.pow(b1, step))
+    else:
+        step_size = torch.zeros_like(lr)
+    return torch.cat([lr, step_size]).to(torch.float32)
 
 
 def max_chunks(n_entries: int, chunk_size: int) -> int:

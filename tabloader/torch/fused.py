@@ -31,6 +31,13 @@ update happens *inside* ``loss.backward()``: one backward per forward (no gradie
 accumulation over several backwards; ``retain_graph`` + a second backward would update
 twice), and ``step`` counts the updates (it is saved in the state dict for Adam's bias
 correction).
+
+CUDA graphs: with ``capturable=True`` (and ``validate_indices=False``) nothing in a training
+step reads a value back from the device or bakes a per-step value into a launch, so the whole
+step -- forward, ``loss.backward()`` with the fused update, the dense optimizer's step -- can be
+captured once and replayed, which removes the launch overhead of the step's ~30 small launches.
+The batch must then have the same shapes at every replay (single-hot columns, or list columns
+padded to a fixed length).
 """
 
 from __future__ import annotations
@@ -95,6 +102,13 @@ class FusedEmbeddingCollection(TableBatchedCollection):
         chunk_size: the number of lookups summed per partial sum for hot rows; rows looked up
             at most this many times in a batch are summed by one program directly.
         device: where to allocate the weights.
+        capturable: keep the step count and the learning rate on the device, where the update
+            kernel reads them, so that a training step can be captured in a CUDA graph
+            (``torch.cuda.graph``, ``torch.cuda.make_graphed_callables``) and replayed: the
+            idiom of ``torch.optim.Adam(capturable=True)``. Needs ``validate_indices=False`` (the
+            check reads ids back) and the Triton backend; ``lr`` may still be set between
+            replays, ``eps`` and ``betas`` are frozen in a captured graph. Reading ``step``
+            then waits for the device. Off by default: it adds a few tiny launches per step.
 
     Padding: a table's ``padding_idx`` row (default 0) starts at zero, is never updated (no
     optimizer state change either) and is left out of pooled sums and means (like
@@ -124,9 +138,9 @@ class FusedEmbeddingCollection(TableBatchedCollection):
                  eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999),
                  initial_accumulator_value: float = 0.0, output: str = "concat",
                  dtype: torch.dtype | None = torch.float32, validate_indices: bool = True,
-                 backend: str = "auto", chunk_size: int = 128, device: Any = None) -> None:
+                 backend: str = "auto", chunk_size: int = 128, device: Any = None, capturable: bool = False) -> None:
         super().__init__(configs, optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size,
-                         device)
+                         device, capturable)
         self.weight = nn.Parameter(torch.empty((self.total_rows, self.embedding_dim), dtype=torch.float32,
                                                device=device))
         pads = [self.table_offsets[c.name] + c.padding_idx for c in self.configs if c.padding_idx is not None]

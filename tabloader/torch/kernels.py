@@ -258,10 +258,13 @@ def _update_segment(W, state1, state2, grad, perm, bag, scale, partial, row, sta
 
 @triton.jit
 def _update_kernel(W, state1, state2, grad, perm, bag, scale,
-                   seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial,
+                   seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial, hyper,
                    D, stride_w, lr, eps, beta1, beta2, step_size, programs,
-                   OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
+                   OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr, HYPER_ON_DEVICE: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+    if HYPER_ON_DEVICE:  # read at every launch, so that a replayed CUDA graph uses this step's values
+        lr = tl.load(hyper)
+        step_size = tl.load(hyper + 1)
     # the segment slots are sized by a bound known on the host: only the first used_segments hold
     # segments, and those of padding rows have no entries (their rows and states are left alone)
     for s in range(tl.program_id(0), tl.load(used_segments).to(tl.int32), programs):
@@ -281,7 +284,7 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
                           used_chunks: torch.Tensor, *, optimizer: str, lr: float, eps: float = 0.0,
                           beta1: float = 0.0, beta2: float = 0.0, step_size: float = 0.0,
                           block_e: int | None = None, block_c: int | None = None,
-                          programs: int | None = None) -> None:
+                          programs: int | None = None, hyper: torch.Tensor | None = None) -> None:
     """Sum the gradient of every touched row and update it (and its optimizer state) in place.
 
     ``grad[n_out, D]`` is the output gradient (fp32/fp16/bf16, contiguous); ``perm`` orders
@@ -296,6 +299,10 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
     ``pid, pid + programs, ...``: by default :func:`persistent_programs`; the number of segment
     slots (or more) launches one program per slot instead, each running at most one segment.
     The results are the same bit for bit whatever the grid: every sum has a fixed order.
+
+    ``hyper`` (float32 ``[lr, step_size]`` on the weight's device), when given, replaces the
+    ``lr`` and ``step_size`` arguments: the kernel reads them from device memory at every launch,
+    so that a launch captured in a CUDA graph takes the values of the step it is replayed for.
     """
     n_seg = seg_row.numel()
     if n_seg == 0:
@@ -325,6 +332,7 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
     _update_kernel[(grid,)](
         weight, s1, s2, grad, perm, bag_arg, scale_arg,
         seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial,
+        weight if hyper is None else hyper,
         d, weight.stride(0), float(lr), float(eps), float(beta1), float(beta2), float(step_size), grid,
-        OPT=OPTIMIZERS[optimizer], HAS_BAG=has_bag, HAS_SCALE=has_scale,
+        OPT=OPTIMIZERS[optimizer], HAS_BAG=has_bag, HAS_SCALE=has_scale, HYPER_ON_DEVICE=hyper is not None,
         BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps, **_UPDATE_REGISTER_CAP)

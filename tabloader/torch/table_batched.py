@@ -59,18 +59,25 @@ class TableBatchedCollection(nn.Module):
     ``embedding_dim``. Attributes: ``configs``, ``features`` (every table's features, in
     config order: the order of the output), ``table_offsets``, ``total_rows``,
     ``embedding_dim``, ``optimizer``, ``lr``, ``eps``, ``betas`` (read at each backward: set
-    them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``
-    and ``step`` (the number of updates so far).
+    them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``,
+    ``capturable`` and ``step`` (the number of updates so far).
     """
 
     def __init__(self, configs: Sequence[EmbeddingConfig], optimizer: str, lr: float, eps: float,
                  betas: tuple[float, float], output: str, dtype: torch.dtype | None, validate_indices: bool,
-                 backend: str, chunk_size: int, device: Any) -> None:
+                 backend: str, chunk_size: int, device: Any, capturable: bool = False) -> None:
         super().__init__()
         self._by_feature = check_configs(configs)
         self.configs = list(configs)
+        self.capturable = bool(capturable)
         self._set_options(optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size)
         self._set_layout(device)
+        if self.capturable:
+            # the learning rate and the step count the update reads on the device (see `lr`, `step`)
+            self.register_buffer("_device_lr", torch.tensor([self._lr], dtype=torch.float64, device=device),
+                                 persistent=False)
+            self.register_buffer("_device_step", torch.tensor([float(self._step)], dtype=torch.float64,
+                                                              device=device), persistent=False)
 
     def _set_options(self, optimizer: str, lr: float, eps: float, betas: tuple[float, float], output: str,
                      dtype: torch.dtype | None, validate_indices: bool, backend: str, chunk_size: int) -> None:
@@ -99,6 +106,33 @@ class TableBatchedCollection(nn.Module):
         self.validate_indices = validate_indices
         self.chunk_size = int(chunk_size)
         self.step = 0
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the update (set it between steps to schedule; with ``capturable``
+        it is written to the device, where a replayed CUDA graph reads it)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = float(value)
+        if self.capturable and "_device_lr" in self._buffers:
+            self._device_lr.fill_(self._lr)
+
+    @property
+    def step(self) -> int:
+        """The number of updates so far (Adam's bias correction counts them). With ``capturable``
+        it is counted on the device (replays of a captured step count too), and reading it waits
+        for the device."""
+        if self.capturable and "_device_step" in self._buffers:
+            return int(self._device_step.item())
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step = int(value)
+        if self.capturable and "_device_step" in self._buffers:
+            self._device_step.fill_(float(self._step))
 
     def _set_layout(self, device: Any) -> None:
         self.table_offsets, total = {}, 0
@@ -167,9 +201,13 @@ class TableBatchedCollection(nn.Module):
         whose values already lie in the plan's order when its keys are this collection's
         features in order (else each feature is taken from it by key).
         """
+        device = self._parameter.device
+        if self.validate_indices and _capturing(device):
+            raise RuntimeError(f"{type(self).__name__}: validate_indices=True reads the ids back to the host, which "
+                               "a CUDA graph cannot capture; build the collection with validate_indices=False (and "
+                               "capturable=True) to capture its steps, and check the ids before")
         if is_keyed_jagged(features):
             return self._jagged_plan(features)
-        device = self._parameter.device
         parts = []
         batch = None
         for feat, cfg in zip(self.features, self._feature_cfg):
@@ -336,7 +374,14 @@ class TableBatchedCollection(nn.Module):
     def _backward(self, prepared: Any, grad: torch.Tensor) -> None:
         if grad.dtype not in DTYPES:
             raise TypeError(f"{type(self).__name__}: gradient dtype {grad.dtype} is not supported")
-        self.step += 1
+        if _capturing(grad.device) and not self.capturable:
+            raise RuntimeError(f"{type(self).__name__}: a CUDA graph is capturing its update, but its step count and "
+                               "learning rate live on the host and would be frozen in the graph; build it with "
+                               "capturable=True to capture its steps")
+        if self.capturable:
+            self._device_step.add_(1.0)  # on the device: a captured step counts at every replay
+        else:
+            self._step += 1
         self._update(prepared, grad.reshape(-1, self.embedding_dim).contiguous())
 
     def _kernels_for(self, device: torch.device) -> Any:
@@ -347,9 +392,15 @@ class TableBatchedCollection(nn.Module):
         """Apply this step's update to ``plan``'s rows of ``weight`` and its states, in place."""
         if plan.rows.numel() == 0:
             return
+        device_hyper = {"device_lr": self._device_lr, "device_step": self._device_step} if self.capturable else {}
         dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
-                        optimizer=self.optimizer, lr=self.lr, eps=self.eps, betas=self.betas, step=self.step,
-                        chunk_size=self.chunk_size)
+                        optimizer=self.optimizer, lr=self._lr, eps=self.eps, betas=self.betas, step=self._step,
+                        chunk_size=self.chunk_size, **device_hyper)
+
+
+def _capturing(device: torch.device) -> bool:
+    """True while the current CUDA stream of ``device`` is capturing a graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _key_of_values(offsets: torch.Tensor, n_keys: int, batch_size: int, n: int) -> torch.Tensor:

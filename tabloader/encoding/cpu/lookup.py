@@ -10,6 +10,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.encoding.contract import NULL_ID, OOV_START, label_of
 from tabloader.encoding.cpu.columns import NormalizedColumn, arrow_null_mask, exact_ints, normalize_column
+from tabloader.encoding.cpu.hashing import cross_hash
 from tabloader.encoding.cpu.short_strings import pack_strings
 
 
@@ -260,16 +261,18 @@ def _find_short(short: tuple[IntKeys, int], values: Any) -> np.ndarray | None:
     return pos
 
 
-def assign_ids(pos: np.ndarray, mask: np.ndarray | None, num_buckets: int, hasher: Any, dtype: Any) -> np.ndarray:
+def assign_ids(pos: np.ndarray, mask: np.ndarray | None, num_buckets: int, cols: Sequence[NormalizedColumn],
+               dtype: Any) -> np.ndarray:
     """Ids of the encoding contract from vocabulary positions (see :mod:`tabloader.encoding.contract`).
 
     ``pos`` is the vocabulary position of each row (-1: out of vocabulary), reused for the
-    result when it is a writable int64 array; ``mask`` the null rows; ``hasher(rows)`` the
-    uint64 hashes of the given out-of-vocabulary rows (called only with ``num_buckets > 1``).
-    The id of position ``i`` is ``2 + num_buckets + i``.
+    result when it is a writable int64 array; ``mask`` the null rows; ``cols`` the key columns
+    (one, or a combination's), whose out-of-vocabulary rows are hashed into the buckets
+    (:func:`~tabloader.encoding.cpu.hashing.cross_hash`; of one column, its ``hash_values``)
+    when ``num_buckets > 1``. The id of position ``i`` is ``2 + num_buckets + i``.
 
     Example:
-        >>> assign_ids(np.array([0, -1, 1, 0]), np.array([False, False, False, True]), 1, None, "int64").tolist()
+        >>> assign_ids(np.array([0, -1, 1, 0]), np.array([False, False, False, True]), 1, [], "int64").tolist()
         [3, 2, 4, 1]
     """
     ids = pos if pos.flags.writeable and pos.dtype == np.int64 else pos.astype(np.int64)
@@ -282,7 +285,7 @@ def assign_ids(pos: np.ndarray, mask: np.ndarray | None, num_buckets: int, hashe
             oov &= ~mask
         rows = np.flatnonzero(oov)
         if len(rows):
-            ids[rows] = (hasher(rows) % np.uint64(num_buckets)).astype(np.int64) + OOV_START
+            ids[rows] = (cross_hash([c.take(rows) for c in cols]) % np.uint64(num_buckets)).astype(np.int64) + OOV_START
     if mask is not None:
         np.putmask(ids, mask, NULL_ID)
     return ids if ids.dtype == np.dtype(dtype) else ids.astype(dtype)

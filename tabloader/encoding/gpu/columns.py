@@ -32,14 +32,6 @@ class NormalizedColumn:
     def __len__(self) -> int:
         return len(self.values)
 
-    def filter(self, keep: Any) -> "NormalizedColumn":
-        """The rows where the CuPy bool array ``keep`` is True."""
-        return self.take(backend.cupy().flatnonzero(keep))
-
-    def take(self, positions: Any) -> "NormalizedColumn":
-        values = self.values.take(positions).reset_index(drop=True) if self.kind == "str" else self.values[positions]
-        return NormalizedColumn(self.kind, values, None if self.mask is None else self.mask[positions])
-
 
 def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
     """Turn a cuDF Series into a :class:`NormalizedColumn`, on the device.

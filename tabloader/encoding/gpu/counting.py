@@ -39,14 +39,47 @@ if MERGE_ON not in ("device", "host"):
     raise ValueError(f"TABLOADER_GPU_MERGE must be 'device' or 'host', got {MERGE_ON!r}")
 
 
-def _factorize(values: Any) -> tuple[Any, int]:
-    """Codes 0..k-1 of a CuPy array or cuDF Series without nulls, and k."""
+def _sort_key(values: Any) -> Any:
+    """A CuPy array whose entries are equal where the rows of ``values`` (a CuPy array, or a
+    cuDF string Series) are: numbers as they are, strings by their codes.
+
+    cuDF's ``factorize`` waits for the device (libcudf sizes its distinct strings itself): the one
+    wait left in grouping a string column (the strings' own null rows get -1).
+    """
     cp = backend.cupy()
-    if isinstance(values, cp.ndarray):
-        uniques, codes = cp.unique(values, return_inverse=True)
-        return codes.astype(cp.int64, copy=False), len(uniques)
-    codes, uniques = values.factorize()
-    return cp.asarray(codes).astype(cp.int64, copy=False), len(uniques)
+    return values if isinstance(values, cp.ndarray) else cp.asarray(values.factorize()[0])
+
+
+def _grouped(arrays: Sequence[Any], mask: Any) -> tuple[Any, Any, Any]:
+    """Group rows by the values of several equal-length, non-empty columns (CuPy arrays or cuDF
+    string Series), leaving the rows where the CuPy bool ``mask`` is True out, without reading
+    the device (no row selection, whose size would be read back; no ``cupy.unique``).
+
+    The rows are sorted by every column (stable sorts, least significant first, the masked rows
+    last), and each run of equal rows is a group. Returns ``codes`` (int64, the group of each
+    row: ``0..size-1`` in sorted order, and ``size`` for every masked row), ``first`` (the first
+    row of each group at the front of an int64 array as long as the rows, the tail padding) and
+    ``size`` (the number of groups, a 0-d array).
+    """
+    cp = backend.cupy()
+    n = len(arrays[0])
+    keys = [_sort_key(a) for a in arrays]
+    if mask is not None:  # masked rows all alike, in a group of their own sorted last
+        keys = [mask] + [cp.where(mask, k.dtype.type(0), k) for k in keys]
+    order = cp.arange(n, dtype=cp.int64)
+    for key in reversed(keys):
+        order = order[cp.argsort(key[order], kind="stable")]  # equal rows stay in row order
+    begins = cp.zeros(n, dtype=bool)
+    begins[:1] = True
+    for key in keys:
+        ordered = key[order]
+        begins[1:] |= ordered[1:] != ordered[:-1]
+    run, starts, size = _runs(begins)
+    codes = cp.empty(n, dtype=cp.int64)
+    codes[order] = run
+    if mask is not None:
+        size = cp.where(cp.any(mask), size - 1, size)  # the last run was the masked rows'
+    return codes, order[cp.minimum(starts, n - 1)], size
 
 
 def factorize_rows(arrays: Sequence[Any]) -> tuple[Any, Any]:
@@ -54,39 +87,35 @@ def factorize_rows(arrays: Sequence[Any]) -> tuple[Any, Any]:
 
     Returns ``codes`` (the group of each row) and ``first`` (the position of each group's first
     row), as :func:`tabloader.encoding.cpu.counting.factorize_rows` does (groups may be numbered
-    in another order: only the grouping is the contract).
+    in another order: only the grouping is the contract). Waits for the device once, for the
+    number of groups.
     """
-    codes, ngroups = None, 0
-    for arr in arrays:
-        c, k = _factorize(arr)
-        # Renumbered after every column, so combined codes stay below rows**2.
-        codes, ngroups = (c, k) if codes is None else _factorize(codes * k + c)
-    return codes, first_rows(codes, ngroups)
-
-
-# CuPy before 14 takes no int64 in ``add.at`` / ``minimum.at`` (TypeError; pyproject allows
-# cupy 13.6), but takes uint64: the two helpers below scatter on uint64 views, which give int64's
-# bits (two's-complement sums wrap alike; positions are never negative). They take numpy arrays too.
-def first_rows(codes: Any, ngroups: int) -> Any:
-    """The position (int64) of the first row of each group ``0..ngroups-1`` of ``codes``
-    (``len(codes)`` for a group without rows), on the arrays' device."""
-    xp = backend.array_lib(codes)
-    n = len(codes)
-    first = xp.full(ngroups, n, dtype=xp.uint64)
-    if n:
-        xp.minimum.at(first, codes, xp.arange(n, dtype=xp.uint64))
-    return first.view(xp.int64)
+    if not len(arrays[0]):
+        return backend.cupy().zeros(0, dtype=np.int64), backend.cupy().zeros(0, dtype=np.int64)
+    codes, first, size = _grouped(arrays, None)
+    return codes, first[:int(backend.host_floats([size])[0])]
 
 
 def group_rows(cols: list[NormalizedColumn]) -> tuple[Any, Any, Any, list]:
-    """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds)."""
+    """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds).
+
+    Waits for the device once, for the number of groups and of null rows together: the rows are
+    grouped with the null rows in it (:func:`_grouped`), and the non-null rows' codes gathered by
+    positions found with their count (``backend.flatnonzero``) rather than selected by the mask
+    (a wait each).
+    """
     cp = backend.cupy()
     mask = null_mask(cols, "any")
-    valid = cols if mask is None else [c.filter(~mask) for c in cols]
-    if not len(valid[0]) or any(c.kind == "null" for c in valid):
-        return mask, cp.zeros(0, dtype=cp.int64), None, [c.kind for c in cols]
-    codes, first = factorize_rows([c.values for c in valid])
-    return mask, codes, [c.take(first).values for c in valid], [c.kind for c in cols]
+    kinds = [c.kind for c in cols]
+    if not len(cols[0]) or "null" in kinds:
+        return mask, cp.zeros(0, dtype=cp.int64), None, kinds
+    codes, first, size = _grouped([c.values for c in cols], mask)
+    size, nulls = (int(x) for x in backend.host_floats([size, 0 if mask is None else cp.count_nonzero(mask)]))
+    if not size:
+        return mask, cp.zeros(0, dtype=cp.int64), None, kinds
+    if nulls:
+        codes = codes[backend.flatnonzero(~mask, len(codes) - nulls)]
+    return mask, codes, [_take(c.values, first[:size]) for c in cols], kinds
 
 
 def count_values(cols: Sequence[NormalizedColumn], mask: Any) -> dict[str, Any]:
@@ -103,9 +132,10 @@ def count_values_each(jobs: Sequence[tuple[Sequence[NormalizedColumn], Any]]) ->
     A partial's size (its number of distinct values) and its null count are only known on the
     device: read one by one (as ``cupy.unique`` and a boolean filter do), every column of a
     partition would stall the host. The numbers are counted with their sizes kept on the device
-    (:func:`_count_numbers`) and every job's sizes are read back together (:func:`_settled`).
-    Strings are grouped by cuDF's ``factorize`` (libcudf sizes its results itself) and
-    combinations by ``cupy.unique`` per column, which reads each size back.
+    (:func:`_count_numbers`), and so are combinations and strings under another column's mask
+    (:func:`_grouped`: no rows selected); every job's sizes are read back together
+    (:func:`_settled`). A string column waits for the device in cuDF's ``factorize`` (libcudf
+    sizes its results itself).
     """
     return _settled([_count(cols, mask) for cols, mask in jobs])
 
@@ -122,13 +152,9 @@ def _count(cols: Sequence[NormalizedColumn], mask: Any) -> dict[str, Any]:
         return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds, "size": size}
     if len(cols) == 1 and kinds[0] == "str" and (mask is None or mask is cols[0].mask):
         return {**_count_strings(cols[0].values), "nulls": nulls, "kinds": kinds}  # its own nulls: no filter
-    if mask is not None:
-        cols = [c.filter(~mask) for c in cols]
-    if not len(cols[0]):
-        return {"keys": None, "counts": cp.zeros(0, dtype=cp.int64), "nulls": nulls, "kinds": kinds}
-    codes, first = factorize_rows([c.values for c in cols])
-    return {"keys": [c.take(first).values for c in cols], "counts": _code_counts(codes, len(first)), "nulls": nulls,
-            "kinds": kinds}
+    codes, first, size = _grouped([c.values for c in cols], mask)  # the masked rows' code: size, in the padding
+    return {"keys": [_take(c.values, first) for c in cols], "counts": _code_counts(codes, len(codes)), "nulls": nulls,
+            "kinds": kinds, "size": size}
 
 
 def _count_strings(values: Any) -> dict[str, Any]:
@@ -174,14 +200,24 @@ def _run_starts(ordered: Any) -> tuple[Any, Any]:
     device: the first position of each run, in order, at the front of an int64 array as long
     as ``ordered`` (the tail holds ``len(ordered)``), and the number of runs (a 0-d array)."""
     cp = backend.cupy()
-    n = len(ordered)
-    begins = cp.empty(n, dtype=bool)
+    begins = cp.empty(len(ordered), dtype=bool)
     begins[:1] = True
     cp.not_equal(ordered[1:], ordered[:-1], out=begins[1:])
+    _, starts, size = _runs(begins)
+    return starts, size
+
+
+def _runs(begins: Any) -> tuple[Any, Any, Any]:
+    """The runs of a sorted, non-empty CuPy array whose bool ``begins`` marks the first position
+    of each run, without reading the device: each position's run (int64), the first position
+    of each run at the front of an int64 array as long as ``begins`` (the tail holds its
+    length), and the number of runs (a 0-d array)."""
+    cp = backend.cupy()
+    n = len(begins)
     run = cp.cumsum(begins, dtype=cp.int64) - 1
     starts = cp.full(n + 1, n, dtype=cp.int64)  # slot n takes the positions that begin no run
     starts[cp.where(begins, run, n)] = cp.arange(n, dtype=cp.int64)
-    return starts[:n], run[-1] + 1
+    return run, starts[:n], run[-1] + 1
 
 
 def _run_sums(starts: Any, weights: Any) -> Any:
@@ -235,7 +271,7 @@ def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> di
 
 def merge_counts_each(jobs: Sequence[tuple[dict[str, Any], dict[str, Any], Any]], op: Any) -> list[dict[str, Any]]:
     """:func:`merge_counts` of each ``(a, b, what)`` job, waiting for the device once for all
-    (numbers; strings and combinations are grouped again as :func:`count_values_each` says)."""
+    (and in cuDF's ``factorize`` of string keys, as :func:`count_values_each` says)."""
     return _settled([_merge(a, b, op, what) for a, b, what in jobs])
 
 
@@ -255,9 +291,9 @@ def _merge(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> dict[str
         starts, size = _run_starts(ordered)
         return {"keys": [ordered[cp.minimum(starts, len(ordered) - 1)]], "counts": _run_sums(starts, counts[order]),
                 "nulls": nulls, "kinds": kinds, "size": size}
-    codes, first = factorize_rows(keys)
-    return {"keys": [_take(k, first) for k in keys], "counts": sum_int(codes, counts, len(first)), "nulls": nulls,
-            "kinds": kinds}
+    codes, first, size = _grouped(keys, None)
+    return {"keys": [_take(k, first) for k in keys], "counts": sum_int(codes, counts, len(codes)), "nulls": nulls,
+            "kinds": kinds, "size": size}
 
 
 def _take(keys: Any, positions: Any) -> Any:
@@ -288,8 +324,9 @@ def union_keys(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> tupl
 
 
 def sum_int(codes: Any, weights: Any, n: int) -> Any:
-    """Exact int64 group sums on the arrays' device (``add.at`` on uint64 views, see
-    :func:`first_rows`; bincount would go through float64)."""
+    """Exact int64 group sums on the arrays' device (``add.at`` on uint64 views, which give
+    int64's bits: CuPy before 14 takes no int64 in ``add.at``, and pyproject allows cupy 13.6;
+    bincount would go through float64)."""
     xp = backend.array_lib(codes)
     out = xp.zeros(n, dtype=xp.uint64)
     if len(codes):

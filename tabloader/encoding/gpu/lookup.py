@@ -2,12 +2,23 @@
 
 The keys come from fitted state (pandas, on the host) and are copied to the device once, when
 the lookup is built (once per fitted operator and process); every partition is then looked up
-on the GPU: numbers by ``cupy.searchsorted`` in the sorted keys and an equality check, strings
-by a device join (``cudf.Index.get_indexer``).
+on the GPU, with nothing read back to the host: numbers by ``cupy.searchsorted`` in the sorted
+keys and an equality check, strings by a binary search in the keys sorted by libcudf.
+
+Strings: when the lookup is built, libcudf sorts the keys on the device (``sorted_order``, then
+``gather``), keeping the permutation (sorted position -> key row). A partition is then one CuPy
+kernel, a thread per query row, reading the cuDF column's offsets, chars and null mask in
+place: a binary search of the row's bytes among the sorted keys with libcudf's own comparison
+(``cudf::string_view::compare``: bytes as unsigned char, then the shorter string first -- the
+order the keys were sorted in), giving the key's row where the bytes are equal and -1 elsewhere
+and for null rows. Not a join (``cudf.Index.get_indexer``): that builds a hash table of the
+whole vocabulary per call and reads the join's size back; nor libcudf's ``lower_bound``: its
+Thrust search waits for the device before returning.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,6 +29,7 @@ from tabloader.encoding.contract import NULL_ID, OOV_START
 from tabloader.encoding.cpu import lookup as cpu_lookup
 from tabloader.encoding.cpu.columns import exact_ints
 from tabloader.encoding.gpu.columns import NormalizedColumn
+from tabloader.encoding.gpu.hashing import cross_hash, string_buffers
 
 __all__ = ["ValueLookup", "assign_ids"]
 
@@ -127,36 +139,114 @@ class FloatKeys(_SortedKeys):
 
 
 class StringKeys:
-    """Unique string keys on the device, found by a join (``cudf.Index.get_indexer``)."""
+    """Unique string keys, sorted on the device by libcudf once; a query is one kernel (see the
+    module's docstring): the row of the key equal to each query row's bytes, or -1."""
 
     kind = "str"
 
     def __init__(self, keys: pd.Series) -> None:
         import pyarrow as pa
 
-        cudf = backend.cudf()
+        cudf, cp, plc = backend.cudf(), backend.cupy(), backend.pylibcudf()
         strings = pa.array(pd.Series(keys, dtype=object).to_numpy(), type=pa.string())  # copied to the device once
-        self.index = cudf.Index(cudf.Series.from_arrow(strings))
+        column, _ = cudf.Series.from_arrow(strings).to_pylibcudf()
+        self.size = column.size()
+        table = plc.Table([column])
+        order = plc.sorting.sorted_order(table, [plc.types.Order.ASCENDING], [plc.types.NullOrder.AFTER])
+        self.order = cudf.Series.from_pylibcudf(order).values.astype(cp.int64)  # size_type (int32) positions
+        self.sorted = cudf.Series.from_pylibcudf(
+            plc.copying.gather(table, order, plc.copying.OutOfBoundsPolicy.DONT_CHECK).columns()[0])
+        self.offsets, self.chars = string_buffers(self.sorted)  # views kept with the sorted column
 
     def __len__(self) -> int:
-        return len(self.index)
+        return self.size
 
     def find(self, values: Any) -> Any:
-        return backend.cupy().asarray(self.index.get_indexer(values)).astype(np.int64)
+        """Row of the key equal to each row of the cuDF string Series ``values`` (any index,
+        sliced or not), -1 where none and for null rows: a fresh CuPy int64 array."""
+        cp = backend.cupy()
+        column, _ = values.to_pylibcudf()  # the column only: the Series' index plays no part
+        n = column.size()
+        if not (n and self.size):
+            return cp.full(n, -1, dtype=cp.int64)
+        out = cp.empty(n, dtype=cp.int64)
+        offsets, chars = string_buffers(values)
+        valid, first_bit = _validity_words(column)
+        if valid is None:
+            valid = out  # any device pointer: the kernel reads no mask when first_bit is -1
+        args = (offsets, chars, valid, np.int64(first_bit), self.offsets, self.chars, self.order,
+                np.int64(self.size), out, np.int64(n))
+        _find_kernel()(((n + _THREADS - 1) // _THREADS,), (_THREADS,), args)
+        return out
 
 
-def assign_ids(pos: Any, mask: Any, num_buckets: int, hasher: Any, dtype: Any) -> Any:
+def _validity_words(column: Any) -> tuple[Any, int]:
+    """The null mask of a pylibcudf column as a CuPy uint32 view (libcudf's bitmask: row ``i``
+    is valid where bit ``offset + i`` is set) and that bit of row 0; (None, -1) without a mask."""
+    cp = backend.cupy()
+    mask = column.null_mask()
+    if mask is None:
+        return None, -1
+    nbytes = int(getattr(mask, "nbytes", mask.size))  # allocated in whole 64-byte blocks
+    memory = cp.cuda.UnownedMemory(mask.ptr, nbytes, mask)  # a view: the span keeps the mask alive
+    return cp.ndarray((nbytes // 4,), dtype=cp.uint32, memptr=cp.cuda.MemoryPointer(memory, 0)), column.offset()
+
+
+# One thread per query row: skip a null row (its bit clear in the mask, when there is one), then
+# a binary search of its bytes among the sorted keys, comparing as libcudf does (the order the
+# keys were sorted in; the keys are unique, so an equal key is the one match).
+_FIND_SOURCE = r"""
+__device__ int compare_strings(const unsigned char* a, long long a_len, const unsigned char* b, long long b_len) {
+    long long n = a_len < b_len ? a_len : b_len;
+    for (long long j = 0; j < n; ++j) {
+        if (a[j] != b[j]) return a[j] < b[j] ? -1 : 1;
+    }
+    return a_len < b_len ? -1 : (a_len > b_len ? 1 : 0);
+}
+
+extern "C" __global__
+void find_sorted_strings(const long long* q_offsets, const unsigned char* q_chars, const unsigned int* q_valid,
+                         long long q_first_bit, const long long* k_offsets, const unsigned char* k_chars,
+                         const long long* order, long long n_keys, long long* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long found = -1;
+    long long bit = q_first_bit + i;
+    if (q_first_bit < 0 || ((q_valid[bit >> 5] >> (bit & 31)) & 1u)) {
+        const unsigned char* query = q_chars + q_offsets[i];
+        long long query_len = q_offsets[i + 1] - q_offsets[i];
+        long long low = 0, high = n_keys;
+        while (low < high) {
+            long long mid = low + (high - low) / 2;
+            int c = compare_strings(k_chars + k_offsets[mid], k_offsets[mid + 1] - k_offsets[mid], query, query_len);
+            if (c == 0) { found = order[mid]; break; }
+            if (c < 0) low = mid + 1; else high = mid;
+        }
+    }
+    out[i] = found;
+}
+"""
+_THREADS = 256
+
+
+@functools.lru_cache(maxsize=None)
+def _find_kernel() -> Any:
+    return backend.cupy().RawKernel(_FIND_SOURCE, "find_sorted_strings")
+
+
+def assign_ids(pos: Any, mask: Any, num_buckets: int, cols: Sequence[NormalizedColumn], dtype: Any) -> Any:
     """Ids of the encoding contract from vocabulary positions, on the device (see the CPU
-    function: ``pos`` -1 is out of vocabulary, ``hasher(rows)`` hashes the given rows).
+    function: ``pos`` -1 is out of vocabulary, ``cols`` the key columns hashed into the buckets).
 
     With ``num_buckets > 1`` every row is hashed and the out-of-vocabulary rows take their bucket
     by ``where``: selecting those rows first (``flatnonzero``) reads their count back from the
-    device, a wait per column and partition. The ids are the CPU's.
+    device, a wait per column and partition. The columns are hashed as they are (gathering a
+    string column by the rows ``0..n-1`` would copy every string first). The ids are the CPU's.
     """
     cp = backend.cupy()
     ids = pos.astype(cp.int64, copy=False) + (OOV_START + num_buckets)  # position -1: the one OOV id when num_buckets == 1
     if num_buckets > 1:
-        buckets = (hasher(cp.arange(len(ids))) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
+        buckets = (cross_hash(cols) % cp.uint64(num_buckets)).astype(cp.int64) + OOV_START
         ids = cp.where(pos < 0, buckets, ids)
     if mask is not None:
         ids = cp.where(mask, NULL_ID, ids)  # see ValueLookup.positions: no read back

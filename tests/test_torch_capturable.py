@@ -1,0 +1,166 @@
+"""``FusedEmbeddingCollection(capturable=True)``: a training step captured in a CUDA graph.
+
+With ``capturable=True`` the step count and the learning rate live on the device and the update
+kernel reads ``[lr, step_size]`` from there, so that a captured step takes each replay's values.
+On the CPU: the capturable collection trains exactly as the default one (the reference backend
+here; the Triton kernels in the interpreter are ``tests/_fused_cases.py``'s
+``capturable_equals_eager``), its ``step``/``lr`` and state dict behave as before, and the
+device-side bias correction equals the host formula. On CUDA (``gpu``): the whole step --
+forward, ``backward()`` with the fused update -- captured once with ``torch.cuda.graph`` and
+replayed on new batches copied into its inputs, with the learning rate changed between replays,
+equals the same steps run eagerly by a default collection; a capture the collection cannot
+honour is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tabloader.torch.dispatch import device_hyper  # noqa: E402
+from tabloader.torch.fused import FusedEmbeddingCollection  # noqa: E402
+from tabloader.torch.layers import EmbeddingConfig  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+CARDS = {"a": 50, "b": 400}
+BATCH, DIM = 64, 16
+
+
+def _configs():
+    return [EmbeddingConfig("a", CARDS["a"], DIM), EmbeddingConfig("b", CARDS["b"], DIM, features=("b1", "b2"))]
+
+
+def _collection(device, optimizer, capturable, backend="auto"):
+    torch.manual_seed(0)  # the same initial weights for every collection of a test
+    return FusedEmbeddingCollection(_configs(), optimizer=optimizer, lr=0.05, backend=backend, device=device,
+                                    validate_indices=False, capturable=capturable, chunk_size=8)
+
+
+def _batch(seed, device):
+    """Skewed ids (hot rows past chunk_size, padding id 0 among them), the same shapes every time."""
+    g = torch.Generator().manual_seed(seed)
+    return {name: ((torch.rand(BATCH, generator=g) ** 3) * CARDS[name[0]]).long().to(device)
+            for name in ("a", "b1", "b2")}
+
+
+def _upstream(device):
+    return torch.randn(BATCH, 3 * DIM, generator=torch.Generator().manual_seed(7)).to(device)
+
+
+def _train_eagerly(coll, batches, lrs, upstream):
+    for feats, lr in zip(batches, lrs):
+        coll.lr = lr
+        (coll(feats) * upstream).sum().backward()
+
+
+def _trained_state(coll):
+    return {k: v.detach().cpu().clone() for k, v in coll.state_dict().items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_capturable_trains_as_the_default_collection(optimizer):
+    batches = [_batch(s, "cpu") for s in range(4)]
+    lrs = [0.05, 0.02, 0.1, 0.01]
+    default, capturable = (_collection("cpu", optimizer, c, backend="reference") for c in (False, True))
+    for coll in (default, capturable):
+        _train_eagerly(coll, batches, lrs, _upstream("cpu"))
+    got, want = _trained_state(capturable), _trained_state(default)
+    assert not torch.equal(want["weight"], _trained_state(_collection("cpu", optimizer, False))["weight"])
+    assert got.keys() == want.keys()
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    assert capturable.step == default.step == 4
+
+
+def test_step_and_lr_are_kept_on_the_device_and_saved():
+    coll = _collection("cpu", "adam", True)
+    coll.lr = 0.25
+    coll.step = 41
+    assert coll.lr == 0.25 and coll._device_lr.tolist() == [0.25]
+    assert coll.step == 41 and coll._device_step.tolist() == [41.0]
+    assert coll.state_dict()["_extra_state"] == {"step": 41}
+    restored = _collection("cpu", "adam", True)
+    restored.load_state_dict(coll.state_dict())
+    assert restored.step == 41 and restored._device_step.tolist() == [41.0]
+    default = _collection("cpu", "adam", False)
+    default.load_state_dict(coll.state_dict())  # interchangeable with the default collection's
+    assert default.step == 41 and not hasattr(default, "_device_step")
+
+
+@pytest.mark.parametrize("step", [1, 2, 10, 1000, 10**6])
+def test_device_bias_correction_equals_the_host_formula(step):
+    lr, (b1, b2) = 0.003, (0.9, 0.999)
+    hyper = device_hyper("adam", torch.tensor([lr], dtype=torch.float64), torch.tensor([float(step)],
+                         dtype=torch.float64), (b1, b2))
+    expected = lr * math.sqrt(1.0 - b2 ** step) / (1.0 - b1 ** step)  # written out: SparseAdam's
+    assert hyper.dtype == torch.float32
+    assert hyper.tolist() == [torch.tensor(lr, dtype=torch.float32).item(),
+                              torch.tensor(expected, dtype=torch.float32).item()]
+    assert device_hyper("sgd", torch.tensor([lr], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+                        (b1, b2)).tolist()[1] == 0.0
+
+
+# --- on a GPU: captured and replayed -------------------------------------------------------------
+
+def _capture_step(coll, static, upstream):
+    """Warm up on a side stream (kernels compiled, allocator settled), then capture one step."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            (coll(static) * upstream).sum().backward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (coll(static) * upstream).sum().backward()
+    return graph
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_a_captured_step_replays_as_eager_steps(optimizer):
+    upstream = _upstream("cuda")
+    graphed, eager = _collection("cuda", optimizer, True), _collection("cuda", optimizer, False)
+    static = {name: torch.zeros(BATCH, dtype=torch.int64, device="cuda") for name in ("a", "b1", "b2")}
+    graph = _capture_step(graphed, static, upstream)
+    # the eager collection takes the same two warm-up steps (padding ids only: the step count moves)
+    _train_eagerly(eager, [static, static], [eager.lr, eager.lr], upstream)
+    batches, lrs = [_batch(s, "cuda") for s in range(5)], [0.05, 0.02, 0.1, 0.01, 0.07]
+    for feats, lr in zip(batches, lrs):
+        for name, ids in feats.items():
+            static[name].copy_(ids)
+        graphed.lr = lr
+        graph.replay()
+    _train_eagerly(eager, batches, lrs, upstream)
+    torch.cuda.synchronize()
+    assert graphed.step == eager.step == 7  # 2 warm-up steps + 5 replays (the capture itself runs nothing)
+    got, want = _trained_state(graphed), _trained_state(eager)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=0.0, msg=name)
+    assert not torch.equal(want["weight"], _trained_state(_collection("cuda", optimizer, False))["weight"])
+
+
+def _messages(exc):
+    """The error and those it was raised during (a failed capture may add its own on exit)."""
+    while exc is not None:
+        yield str(exc)
+        exc = exc.__context__
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("capturable, validate, expected", [(False, False, "capturable=True"),
+                                                             (True, True, "validate_indices=False")])
+def test_a_capture_the_collection_cannot_honour_is_refused(capturable, validate, expected):
+    coll = FusedEmbeddingCollection(_configs(), optimizer="adam", device="cuda", capturable=capturable,
+                                    validate_indices=validate)
+    feats, upstream = _batch(0, "cuda"), _upstream("cuda")
+    (coll(feats) * upstream).sum().backward()  # kernels compiled outside the capture
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError) as info:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            (coll(feats) * upstream).sum().backward()
+    assert any(expected in message for message in _messages(info.value)), list(_messages(info.value))
