@@ -37,6 +37,19 @@ scaled to 4.4B rows; goal for tabloader on an H100/H200: under 5 minutes, agains
 
     python benchmarks/workflow.py --device cuda --rows 50000000 --freq-threshold 2
 
+``--string-categoricals`` gives the ``C*`` columns as raw Criteo has them (the Kaggle and 1TB
+TSVs; and many users' parquet holds string ids): 8-character lowercase hex strings, one per
+integer id of the integer data (the same Zipf ids and nulls, through a fixed 32-bit bijection,
+:func:`hex_ids`), written once to a directory of their own (default
+``/tmp/tabloader-bench/criteo-strings-5M-10``) by pyarrow, without pandas metadata. Every system
+runs unchanged in meaning: the ids (frequency order, ties by value -- code point order, the same
+for every system) are compared as for integers. Hand-written pandas factorizes a string column
+before looking its distinct values up in the vocabulary (``pd.factorize`` + ``get_indexer``);
+polars and cuDF take strings in the same queries as integers (``replace_strict``; ``merge``).
+
+    python benchmarks/workflow.py --string-categoricals --freq-threshold 2
+    python benchmarks/workflow.py --string-categoricals --device cuda --systems tabloader-cuda,cudf,pandas,polars
+
 ``--scaling`` runs the workflow over 1M / 5M / 20M Criteo rows (``--scaling-rows``), then over
 ``--vocab-rows`` rows of one categorical column holding 100K / 1M / 10M distinct values
 (``--vocab-sizes``; every value equally often, spread over 31 bits), and prints the
@@ -109,6 +122,25 @@ def _pandas_conts(frame, conts):
     return np.log1p(x)
 
 
+def _pandas_ids(col, vocab):
+    """Categorify's ids of a column given its vocabulary (a ``pd.Index`` in id order).
+
+    Integers are looked up row by row (``get_indexer`` on int64 values); strings are
+    factorized first and only their distinct values looked up (``pd.factorize``: hashing a
+    string column once costs less than probing the vocabulary's object hash table per row,
+    2.5x faster on the Criteo strings)."""
+    import pandas as pd
+
+    if pd.api.types.is_string_dtype(col.dtype):
+        codes, uniques = pd.factorize(col)  # nulls get code -1
+        ids = vocab.get_indexer(uniques)[codes]
+    else:
+        ids = vocab.get_indexer(col.to_numpy(dtype=np.int64, na_value=-1))
+    ids = np.where(ids < 0, OOV_ID, ids + OOV_ID + 1)
+    ids[col.isna().to_numpy()] = NULL_ID
+    return ids
+
+
 def run_pandas(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
     import pandas as pd
 
@@ -147,12 +179,7 @@ def run_pandas(data: str, out: str, freq_threshold: int) -> tuple[float, float]:
         frame = pd.read_parquet(path)
         result = {}
         for c in cats:
-            col = frame[c]
-            values = col.to_numpy(dtype=np.int64, na_value=-1)
-            ids = vocabs[c].get_indexer(values)
-            ids = np.where(ids < 0, OOV_ID, ids + OOV_ID + 1)
-            ids[col.isna().to_numpy()] = NULL_ID
-            result[c] = ids
+            result[c] = _pandas_ids(frame[c], vocabs[c])
         x = _pandas_conts(frame, conts).to_numpy(dtype=np.float64)
         x = ((x - mean) / std).astype(np.float32)
         for j, c in enumerate(conts):
@@ -358,6 +385,79 @@ def vocabulary_data(path: str, rows: int, vocabulary: int, files: int = 10, seed
     return path
 
 
+# --- raw Criteo with string categoricals (--string-categoricals) ----------------------------------
+DEFAULT_RAW_CRITEO_STRINGS = "/tmp/tabloader-bench/criteo-strings-5M-10"
+HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def hex_ids(ids: np.ndarray) -> np.ndarray:
+    """The 8-character lowercase hex strings of raw Criteo for integer ids in ``[0, 2**32)``, as
+    an ``(n, 8)`` uint8 array of ASCII digits: the hex of ``fmix32(id)`` (MurmurHash3's 32-bit
+    finalizer, a bijection on 32 bits), so distinct ids give distinct strings and the strings
+    look as random as Criteo's (``"68fd1e64"``).
+
+    Example:
+        >>> hex_ids(np.array([0, 1])).tobytes()
+        b'00000000514e28b7'
+    """
+    h = ids.astype(np.uint32)
+    with np.errstate(over="ignore"):
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    shifts = np.arange(28, -4, -4, dtype=np.uint32)  # the most significant nibble first
+    return HEX_DIGITS[(h[:, None] >> shifts) & np.uint32(0xF)]
+
+
+def hex_string_array(ids: np.ndarray, mask: np.ndarray) -> object:
+    """A pyarrow string array of :func:`hex_ids` of ``ids``, null where ``mask`` is True, built
+    from its buffers (8 bytes a row, no Python string per row)."""
+    import pyarrow as pa
+
+    n = len(ids)
+    offsets = np.arange(0, 8 * (n + 1), 8, dtype=np.int32)
+    validity = pa.array(~mask).buffers()[1] if mask.any() else None
+    return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(hex_ids(ids))],
+                                 null_count=int(mask.sum()))
+
+
+def raw_criteo_strings(path: str, rows: int, files: int = 10, seed: int = 0) -> str:
+    """Write (once) ``rows`` raw Criteo rows whose ``C*`` columns are 8-character hex strings,
+    as the Kaggle and 1TB click logs have them: file ``i`` holds the rows of file ``i`` of
+    :func:`~_common.raw_criteo` (same seed: the same Zipf ids, nulls in the same rows) with each
+    id replaced by its :func:`hex_ids` string. Written by pyarrow (no pandas metadata) into a
+    temporary directory renamed when complete; reused when a ``_bench.json`` marker records the
+    same arguments."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tabloader.atomic_files import atomic_directory
+    from tabloader.synthetic import criteo
+    from tabloader.synthetic.files import ROW_GROUP_SIZE
+    from tabloader.synthetic.world import file_seed, split_rows
+
+    spec = {"rows": rows, "files": files, "seed": seed, "kind": "criteo-raw-hex-strings"}
+    if written_before(path, spec):
+        return path
+    print(f"writing {rows:,} synthetic Criteo rows with hex string categoricals in {files} files to {path} (once) ...",
+          flush=True)
+    with atomic_directory(path, overwrite=True) as tmp:
+        for i, n in enumerate(split_rows(rows, files)):
+            frame = criteo(n, seed=file_seed(seed, i))
+            columns = {}
+            for name, series in frame.items():
+                if name.startswith("C"):
+                    columns[name] = hex_string_array(series.to_numpy(np.int64, na_value=0), series.isna().to_numpy())
+                else:
+                    columns[name] = pa.array(series.to_numpy())
+            pq.write_table(pa.table(columns), os.path.join(tmp, f"part_{i:05d}.parquet"),
+                           row_group_size=ROW_GROUP_SIZE, compression="snappy")
+        mark_written(tmp, spec)
+    return path
+
+
 # --- setup: imports, CUDA context and memory pool, before the clock -------------------------------
 SETUP_IMPORTS = {"tabloader": ("tabloader", "tabloader.workflow", "pandas", "pyarrow.parquet", "dask.dataframe"),
                  "pandas": ("pandas", "pyarrow.parquet"),
@@ -462,7 +562,8 @@ def check_agreement(outputs: dict[str, str], data: str) -> str:
 
 def compare(args: argparse.Namespace, systems: list[str]) -> None:
     """The comparison table at each freq_threshold."""
-    data = raw_criteo(args.data, args.rows, args.files)
+    write = raw_criteo_strings if args.string_categoricals else raw_criteo
+    data = write(args.data, args.rows, args.files)
     for freq_threshold in args.freq_threshold:
         print(f"\nfreq_threshold={freq_threshold}: {args.repeat} round(s) of {', '.join(systems)}", flush=True)
         results, outputs = run_alternating(systems, data, args.work, freq_threshold, args.repeat, args.part_size)
@@ -475,7 +576,8 @@ def compare(args: argparse.Namespace, systems: list[str]) -> None:
                   round(r["peak_rss_mb"]), r["cpu_s"], r["load"], f"{base / r['total_s']:.2f}x" if base else "-",
                   f"{polars / r['total_s']:.2f}x" if polars else "-"]
                  for s, r in results.items()]
-        print(f"\nCriteo workflow, Categorify(freq_threshold={freq_threshold}), {args.rows:,} rows in {args.files} "
+        kind = ", categoricals as 8-char hex strings" if args.string_categoricals else ""
+        print(f"\nCriteo workflow{kind}, Categorify(freq_threshold={freq_threshold}), {args.rows:,} rows in {args.files} "
               f"files, {os.cpu_count()} CPU cores, {COMPRESSION} output, best of {args.repeat} alternating run(s) "
               "(setup s: imports, and on the GPU the CUDA context and memory pool, left out of total and rows/s; "
               "CPU s: user+sys of the whole process, imports included; load: load average at the run's start):")
@@ -573,7 +675,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--files", type=int, default=10)
-    parser.add_argument("--data", default=DEFAULT_RAW_CRITEO, help="raw data directory (written once)")
+    parser.add_argument("--data", default=None, help="raw data directory (written once; default "
+                        f"{DEFAULT_RAW_CRITEO}, with --string-categoricals {DEFAULT_RAW_CRITEO_STRINGS})")
+    parser.add_argument("--string-categoricals", action="store_true",
+                        help="the C columns as 8-char lowercase hex strings, as raw Criteo has them")
     parser.add_argument("--freq-threshold", type=int_list, default=[0, 2],
                         help="Categorify freq_threshold, comma-separated (default 0,2; --scaling uses the last)")
     parser.add_argument("--repeat", type=int, default=1, help="alternating rounds of all systems; the best is reported")
@@ -612,6 +717,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(systems) - set(RUNNERS)
     if unknown:
         parser.error(f"unknown system(s) {sorted(unknown)}; choose from {sorted(RUNNERS)}")
+    if args.scaling and args.string_categoricals:
+        parser.error("--scaling measures integer categoricals only; leave out --string-categoricals")
+    if args.data is None:
+        args.data = DEFAULT_RAW_CRITEO_STRINGS if args.string_categoricals else DEFAULT_RAW_CRITEO
     if args.repeat < 1 or not args.freq_threshold:
         parser.error("--repeat must be >= 1 and --freq-threshold must name at least one value")
     os.makedirs(args.work, exist_ok=True)

@@ -9,6 +9,7 @@ the two-core run spreads over its cores.
 
     python benchmarks/workflow_profile.py                     # the 5M rows of workflow.py
     python benchmarks/workflow_profile.py --rows 200000 --files 4 --data /tmp/criteo-small
+    python benchmarks/workflow_profile.py --string-categoricals   # C* as raw Criteo's hex strings
 """
 
 from __future__ import annotations
@@ -136,12 +137,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--files", type=int, default=10)
-    parser.add_argument("--data", default=DEFAULT_RAW_CRITEO, help="raw data directory (written once)")
+    parser.add_argument("--data", default=None, help="raw data directory (written once; default: workflow.py's)")
+    parser.add_argument("--string-categoricals", action="store_true",
+                        help="the C columns as 8-char hex strings (workflow.py --string-categoricals' data)")
     parser.add_argument("--freq-threshold", type=int, default=0)
     parser.add_argument("--out", default="/tmp/tabloader-bench/workflow-profile-out", help="where the output goes")
     args = parser.parse_args(argv)
 
-    data = raw_criteo(args.data, args.rows, args.files)
+    from workflow import DEFAULT_RAW_CRITEO_STRINGS, raw_criteo_strings  # benchmarks/workflow.py
+
+    if args.string_categoricals:
+        data = raw_criteo_strings(args.data or DEFAULT_RAW_CRITEO_STRINGS, args.rows, args.files)
+    else:
+        data = raw_criteo(args.data or DEFAULT_RAW_CRITEO, args.rows, args.files)
     fit, transform = profile(data, args.out, args.freq_threshold)
     total = sum(fit.values()) + sum(transform.values())
     rows = [[phase, stage, seconds, f"{100 * seconds / total:.0f}%"]

@@ -43,3 +43,44 @@ def test_the_comparison_table_leaves_setup_out_of_the_total(tmp_path):
             setup, fit, transform, total = (float(cells[i]) for i in range(1, 5))
             assert abs(fit + transform - total) <= 0.01 * total + 2e-3, line
             assert setup > 0
+
+
+def test_string_categoricals_are_raw_criteo_hex_ids_and_every_system_gives_the_same_ids(tmp_path):
+    """``--string-categoricals``: the C columns are 8-character lowercase hex strings, one per
+    integer id of the integer data (same rows, same nulls); tabloader, pandas and polars agree,
+    and tabloader's ids are those computed here by hand with pandas."""
+    import glob
+
+    import numpy as np
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from tabloader.synthetic import write_criteo
+
+    strings, ints, work = tmp_path / "strings", tmp_path / "ints", tmp_path / "w"
+    out = run("--string-categoricals", "--rows", "6000", "--files", "3", "--data", str(strings), "--systems",
+              "tabloader,pandas,polars", "--freq-threshold", "2", "--work", str(work), "--keep")
+    assert "outputs agree on" in out and "3 systems" in out
+    write_criteo(str(ints), 6000, num_files=3, seed=0)  # the integer data of the same arguments
+
+    def read(folder):
+        files = sorted(glob.glob(os.path.join(folder, "*.parquet")))
+        return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+
+    raw, raw_ints, encoded = read(strings), read(ints), read(work / "tabloader")
+    cats = [c for c in raw.columns if c.startswith("C")]
+    assert len(cats) == 26
+    assert not pq.read_schema(glob.glob(str(strings / "*.parquet"))[0]).metadata  # no pandas metadata
+    for c in cats:
+        text, ids = raw[c], raw_ints[c]
+        assert text.isna().equals(ids.isna())
+        assert text.dropna().str.fullmatch("[0-9a-f]{8}").all()
+        pairs = pd.DataFrame({"s": text, "i": ids}).dropna().drop_duplicates()
+        assert pairs["s"].is_unique and pairs["i"].is_unique  # one string per id and back
+
+        counts = text.value_counts()
+        counts = counts[counts >= 2]
+        order = sorted(zip(counts.index, counts.to_numpy()), key=lambda vc: (-vc[1], vc[0]))
+        expected = text.map({v: 3 + i for i, (v, _) in enumerate(order)}).fillna(2).astype(np.int64)
+        expected[text.isna()] = 1
+        assert encoded[c].to_numpy().tolist() == expected.tolist(), c

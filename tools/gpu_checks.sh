@@ -4,7 +4,7 @@
 #
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
-# STEP is one of: env tests loader embedding offload workflow demo profiles data50m workflow50m
+# STEP is one of: env tests loader embedding offload workflow workflow_strings demo profiles data50m workflow50m
 # (default: all of them, in that order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
 # code and seconds, and the script exits non-zero if any step failed. Steps are sized to fit the
 # device tool's 10-minute call together (tests ~3 min, each benchmark 1-2 min on an H100); run
@@ -28,7 +28,8 @@ set -u
 out=${1:?usage: tools/gpu_checks.sh OUT_DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow demo profiles data50m workflow50m)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow workflow_strings demo profiles data50m
+                                 workflow50m)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from the repository root, not the caller's folder
 cd "$(dirname "$0")/.."
@@ -122,6 +123,14 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
       else
         echo "workflow   skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
+    workflow_strings)  # the same at 5M rows with the categoricals as raw Criteo's 8-char hex strings (cuDF's string
+                       # columns: value_counts, merge, sort on strings), freq_threshold 2, one round
+      if has_cudf; then
+        run_step workflow_strings "$py" benchmarks/workflow.py --device cuda --string-categoricals --rows 5000000 \
+          --files 10 --data "$bench_data/raw_strings" --freq-threshold 2 --systems tabloader-cuda,cudf,pandas,polars
+      else
+        echo "workflow_strings skipped: cuDF is not importable" | tee -a "$out/summary.txt"
+      fi ;;
     demo)  # the end-to-end demo on the GPU, then the same rows on the CPU of the same machine
       run_step demo_cuda "$py" -c 'import sys; from tabloader.cli import main; sys.exit(main(sys.argv[1:]))' \
         demo --device cuda --rows "${DEMO_ROWS:-1000000}" --workdir "$bench_data/demo_cuda"
@@ -154,7 +163,8 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
     *)
-      echo "unknown step $step; steps: env tests loader embedding offload workflow demo profiles data50m workflow50m" >&2
+      echo "unknown step $step; steps: env tests loader embedding offload workflow workflow_strings demo profiles data50m" \
+        "workflow50m" >&2
       exit 2 ;;
   esac
 done

@@ -362,12 +362,28 @@ def in_memory_bytes(row_group: Any, widths: dict[str, int]) -> int:
     The parquet ``total_byte_size`` is the encoded size, which dictionary and run-length
     encoding make several times smaller than the decoded columns (4-5x for Criteo-like data),
     so partitions grouped by it would be several times ``part_size`` in memory. Fixed-width
-    columns count ``rows * width``; the others their uncompressed encoded size.
+    columns count ``rows * width``; top-level strings (and binary) at least ``rows`` times an
+    8-byte offset plus the mean length of their smallest and largest value (exact for ids of
+    one width: their dictionary encoding is 4-30x smaller than the decoded column); the others
+    their uncompressed encoded size.
     """
     n = row_group.num_rows
     total = 0
     for j in range(row_group.num_columns):
         chunk = row_group.column(j)
         top = chunk.path_in_schema.split(".", 1)[0]
-        total += n * widths[top] if top in widths and "." not in chunk.path_in_schema else chunk.total_uncompressed_size
+        if top in widths and "." not in chunk.path_in_schema:
+            total += n * widths[top]
+        elif chunk.physical_type == "BYTE_ARRAY" and "." not in chunk.path_in_schema:
+            total += max(chunk.total_uncompressed_size, n * (8 + _mean_extreme_length(chunk.statistics)))
+        else:
+            total += chunk.total_uncompressed_size
     return max(total, row_group.total_byte_size)
+
+
+def _mean_extreme_length(statistics: Any) -> int:
+    """The mean byte length of a string column chunk's smallest and largest value (0 unknown)."""
+    if statistics is None or not statistics.has_min_max:
+        return 0
+    ends = [v.encode() if isinstance(v, str) else bytes(v) for v in (statistics.min, statistics.max)]
+    return (len(ends[0]) + len(ends[1])) // 2

@@ -19,14 +19,14 @@ vocabulary the same order, so CPU and GPU give identical ids):
   strings stay a cuDF string Series; categoricals are decategorized on the device.
 * ``count_values`` (``count_values_each``: several columns of a partition at once) -- CPU:
   sorted unique values and counts (``np.bincount`` for a small range, else a sort, of uint32
-  offsets when they fit); strings ``pyarrow.compute.value_counts``; several columns
+  offsets when they fit); strings ``pyarrow.compute.value_counts`` (short ones as numbers); several columns
   ``pd.factorize`` per column. GPU: numbers by ``cupy.sort`` and the starts of runs of equal
   values, their number kept on the device and read back once for all the columns of the call
   (``cupy.unique`` reads it back per column); strings ``Series.factorize`` and counts of codes
   by ``cupy.add.at``; several columns (and strings under another column's null mask) by stable
   sorts on every column (a string column by its ``Series.factorize`` codes, null rows sorted
   last), runs of equal rows counted, their number kept on the device as for numbers.
-* ``merge_counts`` (``merge_counts_each``) -- CPU: concatenate two sorted runs, add equal keys.
+* ``merge_counts`` (``merge_counts_each``) -- CPU: concatenate two sorted runs, add equal keys (short strings as numbers too).
   GPU (the switch ``TABLOADER_GPU_MERGE``, see :mod:`tabloader.encoding.gpu.counting`): on the
   device, concatenated keys sorted again and the counts of each run added (numbers, sizes read
   back once per call), strings and combinations grouped again by the sorts of ``count_values``
@@ -38,7 +38,7 @@ vocabulary the same order, so CPU and GPU give identical ids):
   bytes, which is code point order).
 * ``ValueLookup`` (key lookup) -- CPU: an index per key column, built once per process and
   reused by every partition: integers a direct-address table (small ranges) or a hash index
-  (``pd.Index.get_indexer``); strings ``pyarrow.compute.index_in``, or the partition's
+  (``pd.Index.get_indexer``); strings as numbers when short, else ``pyarrow.compute.index_in``, or the partition's
   distinct strings by 64-bit hash when the vocabulary is the larger; several columns as
   combined codes. GPU: the fitted keys copied to the device once; numbers sorted there,
   found by ``cupy.searchsorted`` and an equality check; strings sorted there by libcudf, found

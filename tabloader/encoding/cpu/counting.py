@@ -9,6 +9,7 @@ import pandas as pd
 
 from tabloader.encoding.contract import label_of
 from tabloader.encoding.cpu.columns import NormalizedColumn, as_pandas, common_int_dtype, null_mask
+from tabloader.encoding.cpu.short_strings import pack_strings, unpack_strings
 
 
 def factorize_rows(arrays: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -65,6 +66,11 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
         return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds}
     if len(cols) == 1:  # strings: null where their own mask says so, so only another mask needs filtering
         col = cols[0] if mask is None or mask is cols[0].mask else cols[0].filter(~mask)
+        packed = pack_strings(col.values, col.mask)
+        if packed is not None:  # short strings of one length: counted as integers
+            keys, counts = _count_all(packed[0], owned=False)
+            return {"keys": [unpack_strings(keys, packed[1], col.values.type)], "counts": counts, "nulls": nulls,
+                    "kinds": kinds}
         vc = pc.value_counts(col.values)
         vc = vc.filter(vc.field("values").is_valid())
         return {"keys": [vc.field("values")], "counts": vc.field("counts").to_numpy(zero_copy_only=False),
@@ -132,22 +138,48 @@ def _sorted_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def merge_counts(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> dict[str, Any]:
     """Add two partials of :func:`count_values` (associative and commutative)."""
+    import pyarrow as pa
+
     if a["keys"] is None or b["keys"] is None:
         out = dict(a if b["keys"] is None else b)
         out["nulls"] = a["nulls"] + b["nulls"]
         return out
-    keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], op, what)
     counts = np.concatenate([a["counts"], b["counts"]])
+    short = _short_string_keys(a, b, op, what)
+    if short is not None:  # short strings of one length: merged as integers
+        codes, width = short
+        merged, merged_counts = _merge_runs(codes, counts)
+        return {"keys": [unpack_strings(merged, width, pa.large_string())], "counts": merged_counts,
+                "nulls": a["nulls"] + b["nulls"], "kinds": ["str"]}
+    keys, kinds = concat_keys(a["keys"], a["kinds"], b["keys"], b["kinds"], op, what)
     if len(kinds) == 1 and kinds[0] != "str":
-        order = np.argsort(keys[0], kind="stable")  # two sorted runs: a linear merge
-        k, c = keys[0][order], counts[order]
-        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
-        merged_keys, merged_counts = [k[starts]], np.add.reduceat(c, starts) if len(k) else c
+        merged, merged_counts = _merge_runs(keys[0], counts)
+        merged_keys = [merged]
     else:
         codes, first, merged_keys = group_keys(keys)
         merged_counts = sum_int(codes, counts, len(first))
     return {"keys": merged_keys, "counts": merged_counts.astype(np.int64), "nulls": a["nulls"] + b["nulls"],
             "kinds": kinds}
+
+
+def _merge_runs(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``keys`` and their summed ``counts`` (keys are two sorted runs: a linear merge)."""
+    order = np.argsort(keys, kind="stable")
+    k, c = keys[order], counts[order]
+    if not len(k):
+        return k, c
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    return k[starts], np.add.reduceat(c, starts)
+
+
+def _short_string_keys(a: dict[str, Any], b: dict[str, Any], op: Any, what: Any) -> tuple[np.ndarray, int] | None:
+    """The keys of two partials of one string column as uint64 codes (``a``'s, then ``b``'s) and
+    their byte length, when all of them have one length that :func:`pack_strings` takes."""
+    if len(a["kinds"]) != 1 or check_kinds_merge(a["kinds"], b["kinds"], op, what) != ["str"]:
+        return None
+    packed_a = pack_strings(a["keys"][0], None)
+    packed_b = pack_strings(b["keys"][0], None, packed_a[1]) if packed_a is not None else None
+    return None if packed_b is None else (np.concatenate([packed_a[0], packed_b[0]]), packed_a[1])
 
 
 def merge_counts_each(jobs: Sequence[tuple[dict[str, Any], dict[str, Any], Any]], op: Any) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.encoding.contract import NULL_ID, OOV_START, label_of
-from tabloader.encoding.cpu.columns import NormalizedColumn, exact_ints, normalize_column
+from tabloader.encoding.cpu.columns import NormalizedColumn, arrow_null_mask, exact_ints, normalize_column
 from tabloader.encoding.cpu.hashing import cross_hash
+from tabloader.encoding.cpu.short_strings import pack_strings
 
 
 def _kind_of_dtype(dtype: Any) -> str:
@@ -187,13 +188,16 @@ class FloatKeys:
 
 
 class StringKeys:
-    """Unique string keys, found by pyarrow.
+    """Unique string keys, found by pyarrow, or as integers when they are short.
 
-    A partition holding more rows than there are keys is looked up with ``index_in``, which
-    builds a hash set of the keys on every call. Against a larger vocabulary that would cost
-    O(vocabulary) per partition, so then only the partition's distinct strings are looked up,
-    by their 64-bit hashes (``backend.hash_strings``) in a hash index of the keys' hashes
-    built once, and checked for equality (a colliding string is no match).
+    Keys of one byte length of at most 8 (hex ids, codes) are looked up as integers
+    (:mod:`~tabloader.encoding.cpu.short_strings`, an :class:`IntKeys` of their codes built
+    once) in every query whose non-null strings all have that length. Otherwise a partition
+    holding more rows than there are keys is looked up with ``index_in``, which builds a hash
+    set of the keys on every call. Against a larger vocabulary that would cost O(vocabulary)
+    per partition, so then only the partition's distinct strings are looked up, by their
+    64-bit hashes (``backend.hash_strings``) in a hash index of the keys' hashes built once,
+    and checked for equality (a colliding string is no match).
     """
 
     kind = "str"
@@ -204,6 +208,7 @@ class StringKeys:
         arr = pa.array(keys.array if len(keys) else [], type=pa.string(), from_pandas=True)
         self.keys = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
         self._by_hash: Any = None  # built on first use; False when two keys share a hash
+        self._short: Any = None  # (IntKeys of the codes, width), built on first use; False when not short
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -211,6 +216,11 @@ class StringKeys:
     def find(self, values: Any) -> np.ndarray:
         import pyarrow.compute as pc
 
+        short = self._short_keys()
+        if short:
+            pos = _find_short(short, values)
+            if pos is not None:
+                return pos
         if len(self.keys) <= len(values) or self._hash_index() is False:
             pos = pc.index_in(values, value_set=self.keys)
             return pos.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -222,11 +232,33 @@ class StringKeys:
         indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)  # null rows: masked by the caller
         return found[indices] if len(found) else np.full(len(values), -1, np.int64)
 
+    def _short_keys(self) -> Any:
+        if self._short is None:
+            packed = pack_strings(self.keys, None)
+            self._short = (IntKeys(packed[0]), packed[1]) if packed is not None else False
+        return self._short
+
     def _hash_index(self) -> Any:
         if self._by_hash is None:
             index = pd.Index(backend.hash_strings(self.keys))
             self._by_hash = index if index.is_unique else False
         return self._by_hash
+
+
+def _find_short(short: tuple[IntKeys, int], values: Any) -> np.ndarray | None:
+    """Positions of the strings ``values`` among short keys (their :class:`IntKeys` and byte
+    length), or None when the non-null ``values`` do not all have that length."""
+    keys, width = short
+    mask = arrow_null_mask(values)
+    packed = pack_strings(values, mask, width)
+    if packed is None:
+        return None
+    found = keys.find(packed[0])
+    if mask is None:
+        return found
+    pos = np.full(len(values), -1, dtype=np.int64)  # null rows: masked by the caller
+    pos[~mask] = found
+    return pos
 
 
 def assign_ids(pos: np.ndarray, mask: np.ndarray | None, num_buckets: int, cols: Sequence[NormalizedColumn],

@@ -1,0 +1,31 @@
+"""Partitions of parquet string columns are planned by their decoded size: a dictionary-encoded
+column of short ids (raw Criteo's hex strings) is 4-30x smaller in the file than in memory, and
+counting it by its encoded size made partitions several times ``part_size`` (1M-row partitions
+of 450 MB at the default 128MB for the Criteo strings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import tabloader as tl
+
+
+def test_partitions_of_dictionary_encoded_hex_ids_stay_near_part_size(tmp_path):
+    rng = np.random.default_rng(0)
+    pool = np.array([f"{v:08x}" for v in rng.choice(2**32, 50, replace=False)], dtype=object)
+    rows = 160_000
+    table = pa.table({"C1": pa.array(pool[rng.integers(0, 50, rows)], pa.string()),
+                      "I1": rng.integers(0, 100, rows)})
+    pq.write_table(table, tmp_path / "part_0.parquet", row_group_size=20_000)  # pyarrow: no pandas metadata
+    assert pq.ParquetFile(tmp_path / "part_0.parquet").metadata.row_group(0).column(0).total_uncompressed_size < 40_000
+
+    part_size = 1_000_000  # bytes: about 40K rows of 16 (string: offset + 8 characters) + 9 (nullable int64) bytes
+    dataset = tl.Dataset(str(tmp_path), part_size=part_size)
+    sizes = dataset.partition_sizes()
+    assert sum(sizes) == rows and len(sizes) == 4  # counted by their encoded size: 2 partitions of twice part_size
+    for i in range(len(sizes)):
+        frame = dataset.read_partition(i)
+        assert frame["C1"].tolist() == table.column("C1").to_pylist()[sum(sizes[:i]):sum(sizes[:i + 1])]
+        assert frame.memory_usage(deep=True, index=False).sum() <= 1.25 * part_size
