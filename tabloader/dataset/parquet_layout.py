@@ -385,5 +385,10 @@ def _mean_extreme_length(statistics: Any) -> int:
     """The mean byte length of a string column chunk's smallest and largest value (0 unknown)."""
     if statistics is None or not statistics.has_min_max:
         return 0
-    ends = [v.encode() if isinstance(v, str) else bytes(v) for v in (statistics.min, statistics.max)]
-    return (len(ends[0]) + len(ends[1])) // 2
+    return (_byte_length(statistics.min) + _byte_length(statistics.max)) // 2
+
+
+def _byte_length(value: Any) -> int:
+    """The byte length of a statistics value: bytes as they are, strings in UTF-8, anything else
+    a logical type made of the bytes (a decimal, say) by its text."""
+    return len(value) if isinstance(value, (bytes, bytearray)) else len(str(value).encode())
