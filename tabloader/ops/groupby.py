@@ -50,6 +50,25 @@ def normalize_keys(op: Any, enc: Any, group: Sequence[str], frame: Any) -> list[
     return cols
 
 
+def key_rows(mask: Any, codes: Any, rows: int) -> tuple[Any, Any]:
+    """The positions of the rows with a key (None: all ``rows`` of the frame) and of those with a
+    null key (None: none), for :func:`~tabloader.encoding.cpu.counting.group_rows`' ``mask`` and
+    ``codes`` (one per row with a key).
+
+    The null rows are those without a code: counted on the host, so that finding their positions
+    takes no wait for the device (as ``flatnonzero`` and testing the mask do on a GPU).
+
+    Example:
+        >>> import numpy as np
+        >>> [r.tolist() for r in key_rows(np.array([False, True, False]), np.array([0, 1]), 3)]
+        [[0, 2], [1]]
+    """
+    nulls = rows - len(codes)
+    if not nulls:
+        return None, None
+    return backend.flatnonzero(~mask, len(codes)), backend.flatnonzero(mask, nulls)
+
+
 def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_columns: Sequence[str]) -> Any:
     """The lookup of ``table``'s keys for ``prefix``, built on first use and cached by the op."""
     cache = op.__dict__.setdefault("_lookup", {})
@@ -177,16 +196,13 @@ class JoinGroupby(CachedLookups, StatOperator):
             cols = normalize_keys(self, enc, group, frame)
             mask, codes, keys, kinds = enc.group_rows(cols)
             xp = backend.array_lib(codes)
-            # The rows with a null key are those without a code: counted on the host, so that their
-            # positions take no wait for the device (as flatnonzero and testing the mask do on a GPU).
-            nulls = len(frame) - len(codes)
-            rows = None if not nulls else backend.flatnonzero(~mask, len(codes))
+            rows, null_rows = key_rows(mask, codes, len(frame))
             groups = None
             if keys is not None:
                 groups = {"keys": keys, "kinds": kinds, **self._moments(codes, rows, len(keys[0]), frame)}
             null = None
-            if nulls:
-                null = self._moments(xp.zeros(nulls, xp.int64), backend.flatnonzero(mask, nulls), 1, frame)
+            if null_rows is not None:
+                null = self._moments(xp.zeros(len(null_rows), xp.int64), null_rows, 1, frame)
             partial[prefix] = {"groups": groups, "null": null}
         return partial
 

@@ -36,7 +36,7 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric
-from tabloader.ops.groupby import cached_lookup, cached_values, float_values, key_groups, normalize_keys
+from tabloader.ops.groupby import cached_lookup, cached_values, float_values, key_groups, key_rows, normalize_keys
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 
@@ -147,18 +147,16 @@ class TargetEncoding(CachedLookups, StatOperator):
         for prefix, group in key_groups(columns):
             cols = normalize_keys(self, enc, group, frame)
             mask, codes, keys, kinds = enc.group_rows(cols)
-            # The rows with a null key are those without a code: counted on the host, so that their
-            # positions take no wait for the device (as flatnonzero and testing the mask do on a GPU).
-            nulls = len(frame) - len(codes)
-            rows = xp.arange(len(frame)) if not nulls else backend.flatnonzero(~mask, len(codes))
+            rows, null_rows = key_rows(mask, codes, len(frame))
+            rows = xp.arange(len(frame)) if rows is None else rows
             groups = None
             if keys is not None:
                 groups = {"keys": keys, "kinds": kinds,
                           "sums": self._sums(codes, folds[rows], len(keys[0]), [y[rows] for y in ys])}
             null = None
-            if nulls:
-                nr = backend.flatnonzero(mask, nulls)
-                null = self._sums(xp.zeros(nulls, np.int64), folds[nr], 1, [y[nr] for y in ys])
+            if null_rows is not None:
+                null = self._sums(xp.zeros(len(null_rows), np.int64), folds[null_rows], 1,
+                                  [y[null_rows] for y in ys])
             partial[prefix] = {"groups": groups, "null": null}
         return partial
 
