@@ -278,7 +278,8 @@ def _cudf_vocabulary(counts: list, column: str, freq_threshold: int):
     total = total.reset_index()
     total = total.groupby(column, sort=False)["count"].sum().reset_index()
     total = total[total["count"] >= freq_threshold].sort_values(["count", column], ascending=[False, True])
-    return cudf.DataFrame({column: total[column].values,
+    total = total.reset_index(drop=True)  # a Series, not .values: CuPy has no strings
+    return cudf.DataFrame({column: total[column],
                            "id": cp.arange(OOV_ID + 1, OOV_ID + 1 + len(total), dtype=cp.int64)})
 
 

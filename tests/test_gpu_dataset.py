@@ -153,7 +153,7 @@ def test_cudf_dataset_is_written_by_cudf_from_the_device_like_the_cpu_writes_it(
     cpu_out, gpu_out = str(tmp_path / "cpu"), str(tmp_path / "gpu")
     options = dict(output_files=3, shuffle=shuffle, seed=7, row_group_size=20, progress=False)
     tl.Dataset(path, device="cpu", part_size=1500).to_parquet(cpu_out, **options)
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch, pytest.warns(UserWarning, match="5,000-row page fragments"):
         forbid_host_copies(patch)
         tl.Dataset(path, device="cuda", part_size=1500).to_parquet(gpu_out, **options)
     assert sorted(os.listdir(gpu_out)) == sorted(os.listdir(cpu_out))
@@ -162,13 +162,26 @@ def test_cudf_dataset_is_written_by_cudf_from_the_device_like_the_cpu_writes_it(
     files = sorted(f for f in os.listdir(cpu_out) if f.endswith(".parquet"))
     for name in files:  # pyarrow reads the same rows, in the same order (the shuffle's seed included)
         assert_same_rows(pq.read_table(os.path.join(gpu_out, name)), pq.read_table(os.path.join(cpu_out, name)))
-        assert pq.ParquetFile(os.path.join(gpu_out, name)).metadata.row_group(0).num_rows <= 20
     by_pandas = pd.read_parquet(gpu_out)  # pandas reads it too, every value
     source = pq.read_table(path).to_pandas()
     assert len(by_pandas) == len(source)
     assert sorted(by_pandas["id"].dropna().astype("int64")) == sorted(source["id"].dropna().astype("int64"))
     back = tl.Dataset(gpu_out, device="cpu").compute()
     assert_same_rows(arrow_of(back), arrow_of(tl.Dataset(cpu_out, device="cpu").compute()))
+
+
+@pytest.mark.cudf
+def test_cudf_writer_honours_a_row_group_size_of_whole_fragments(tmp_path):
+    """cuDF's row groups are whole 5,000-row fragments: a row_group_size of 10,000 is honoured."""
+    frame = pd.DataFrame({"id": np.arange(32_000, dtype=np.int64), "x": np.linspace(0, 1, 32_000)})
+    out = str(tmp_path / "out")
+    dataset = tl.Dataset(frame, device="cuda")  # one partition: cuDF's chunked writer groups rows within a write
+    assert dataset.npartitions == 1
+    dataset.to_parquet(out, output_files=1, row_group_size=10_000, progress=False)
+    (name,) = [f for f in os.listdir(out) if f.endswith(".parquet")]
+    meta = pq.ParquetFile(os.path.join(out, name)).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [10_000, 10_000, 10_000, 2_000]
+    assert pq.read_table(out)["id"].to_pylist() == list(range(32_000))
 
 
 @pytest.mark.cudf

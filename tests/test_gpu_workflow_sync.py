@@ -111,7 +111,7 @@ def criteo_chain(continuous: list, categorical: list) -> tl.Workflow:
 
 @pytest.fixture(scope="module")
 def criteo(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("criteo"))
+    path = str(tmp_path_factory.mktemp("criteo") / "data")  # write_criteo refuses an existing folder
     synthetic.write_criteo(path, rows=20_000, num_files=2)
     return path
 

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import json
+import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -144,6 +145,10 @@ def _open_sink(fs: Any, fs_path: str) -> Any:
     return pa.OSFile(fs_path, "wb") if is_local(fs) else fs.open(fs_path, "wb")
 
 
+# libcudf's default page fragment, in rows: the unit its parquet writer builds row groups from.
+CUDF_FRAGMENT_ROWS = 5000
+
+
 class _DeviceFileWriter:
     """Writes a group of cuDF partitions into one parquet file with cuDF's writer, from the device.
 
@@ -155,10 +160,19 @@ class _DeviceFileWriter:
     zoned where the CPU writes it naive. Those files are written whole by cuDF's one-table
     writer (``DataFrame.to_parquet``, which writes naive timestamps as naive), their partitions
     concatenated on the device first.
+
+    cuDF's writer builds row groups from whole page fragments of 5,000 rows (libcudf's default, which
+    cuDF does not let its callers change): a ``row_group_size`` below that gives row groups of up
+    to 5,000 rows, and a warning says so.
     """
 
     def __init__(self, dataset: "Dataset", dtypes: Any, row_group_size: int | None, compression: str | None,
                  shuffle: bool, seed: int | None) -> None:
+        if row_group_size is not None and row_group_size < CUDF_FRAGMENT_ROWS:
+            warnings.warn(f"row_group_size={row_group_size}: cuDF's parquet writer (a dataset on the GPU) makes row "
+                          f"groups of whole {CUDF_FRAGMENT_ROWS:,}-row page fragments, so its row groups hold up to "
+                          f"{CUDF_FRAGMENT_ROWS:,} rows; write from the CPU (device='cpu') for smaller ones",
+                          UserWarning, stacklevel=4)
         self.dataset, self.dtypes = dataset, dtypes
         self.row_group_size, self.compression = row_group_size, compression
         self.shuffle, self.seed = shuffle, seed
