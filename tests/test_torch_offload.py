@@ -9,6 +9,8 @@ outputs, weights and optimizer states.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -306,6 +308,41 @@ def test_prefetch_gives_the_same_training_as_no_prefetch(device, optimizer, pool
                 torch.testing.assert_close(pre.table_state(cfg.name, key), plain.table_state(cfg.name, key),
                                            rtol=0, atol=atol)
     _assert_same(fused, pre, optimizer, "prefetch vs fused", atol=0.0 if device == "cpu" and not pooled else 1e-5)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_rows_staged_while_earlier_updates_are_still_being_written_back(device, optimizer, monkeypatch):
+    """Steps back to back, the worker's scatter into the host store slowed down: each forward
+    gathers its cold rows before the previous backward's updated rows are in the store, and must
+    patch them from the device -- same training as the fused collection."""
+    atol = 0.0 if device == "cpu" else 1e-5
+    fused, off = _pair(optimizer, [7, 20, 4], device=device)
+    batches = [_batch(200 + s, device=device) for s in range(5)]
+    shared = [_cold_rows_of(off, a) & _cold_rows_of(off, b) for a, b in zip(batches, batches[1:])]
+    assert all(shared), "consecutive batches must share cold rows for this test to mean anything"
+    scatter, pending_seen = off._scatter, []
+
+    def slow_scatter(*args):
+        time.sleep(0.05)
+        scatter(*args)
+
+    def pending_writes(real=off._pending_writes):
+        pending = real()
+        pending_seen.append(len(pending))
+        return pending
+
+    monkeypatch.setattr(off, "_scatter", slow_scatter)
+    monkeypatch.setattr(off, "_pending_writes", pending_writes)
+    for step, feats in enumerate(batches):
+        outs = []
+        for coll in (fused, off):
+            out = coll(feats)
+            up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
+            (out * up).sum().backward()
+            outs.append(out.detach())
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=atol, msg=lambda m: f"step {step} output: {m}")
+    assert max(pending_seen) >= 1, f"no forward staged rows while a write-back was pending: {pending_seen}"
+    _assert_same(fused, off, optimizer, "after steps staged over pending write-backs", atol=atol)
 
 
 def test_prefetch_of_other_rows_or_before_a_reload_is_not_used():

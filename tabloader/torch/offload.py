@@ -16,9 +16,13 @@ rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
   the same reference functions / Triton kernels as the fused collection; the updated cold rows
   and states are then copied back to pinned host memory on a side stream (after an event of
   the compute stream) and scattered into the host buffer by the collection's worker thread,
-  so neither the copy nor the scatter holds up the next batch's compute. Every access to the
-  host buffer (next non-prefetched forward, ``state_dict``, ``table_weight`` ...) first waits
-  for the worker's queue.
+  so neither the copy nor the scatter holds up the next batch's compute. The next forward
+  does not wait for them either: it gathers its cold rows from the host buffer as they are and
+  patches, on the device, the rows that a still-pending write-back updates. Every other access
+  to the host buffer (``state_dict``, ``table_weight`` ...) first waits for the worker's queue.
+
+Per batch the forward waits for the GPU once: one ``torch.unique`` gives the cold rows to stage
+and the split into hot and cold lookups.
 
 *Prefetch*: ``coll.prefetch(next_features)`` before the current batch's forward hands the next
 batch early: its unique cold rows are found at once, and the worker thread gathers them (and
@@ -166,6 +170,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                      if cfg.padding_idx is not None and cfg.padding_idx >= self.hot_rows[i]]
         self.register_buffer("_hot_padding_rows", dev(hot_pads), persistent=False)
         self.register_buffer("_cold_padding_rows", dev(cold_pads), persistent=False)
+        self._cold_padding_host = torch.tensor(cold_pads, dtype=torch.int64)  # found among a batch's rows on the host
 
         # device part: a parameter (so autograd calls our backward) and buffers
         self.hot_weight = nn.Parameter(torch.empty((h, d), dtype=torch.float32, device=device))
@@ -177,6 +182,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self.cold_state1, self.cold_state2 = (self._new_states(c, initial_accumulator_value, pin_memory=pin)
                                               + [None, None])[:2]
         self._tasks: list[Future] = []  # the worker's queue: write-backs and prefetch gathers, in order
+        self._writes: list[tuple[Future, _Staged]] = []  # write-backs whose scatter may not have run, oldest first
         self._worker: ThreadPoolExecutor | None = None
         self._side_stream: Any = None
         # prefetches not yet taken, oldest first: the current batch's and the next one's when
@@ -298,7 +304,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         """Pickling / ``copy.deepcopy``: finish the worker's queue; the copy starts without worker or prefetch."""
         self._flush()
         state = self.__dict__.copy()
-        state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=2), _tasks=[])
+        state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=2), _tasks=[], _writes=[])
         return state
 
     def _store_changed(self) -> None:
@@ -308,9 +314,17 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
 
     def _flush(self) -> None:
         """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it)."""
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks, self._writes = self._tasks, [], []
         for task in tasks:
             task.result()  # re-raises a worker's error here
+
+    def _pending_writes(self) -> list[_Staged]:
+        """The write-backs whose scatter into the host store may not have finished, oldest first."""
+        for task, _ in self._writes:
+            if task.done():
+                task.result()  # re-raises a worker's error here
+        self._writes = [(task, staged) for task, staged in self._writes if not task.done()]
+        return [staged for _, staged in self._writes]
 
     def _submit(self, fn: Any, *args: Any) -> Future:
         if self._worker is None:
@@ -348,24 +362,37 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             out.append(buf)
         return out
 
-    def _pad_local(self, uniq: torch.Tensor) -> torch.Tensor:
-        if self._cold_padding_rows.numel():
-            return torch.nonzero(torch.isin(uniq, self._cold_padding_rows)).squeeze(1)
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A small host tensor on the device without waiting for the GPU (a copy from pinned memory)."""
+        device = self.hot_weight.device
+        if not pins_host_memory(device):
+            return t.to(device)
+        return t.pin_memory().to(device, non_blocking=True)
+
+    def _pad_local(self, uniq_host: torch.Tensor) -> torch.Tensor:
+        """Which of the staged rows ``uniq_host`` are padding rows (found on the host: no wait for the GPU)."""
+        if self._cold_padding_host.numel():
+            return self._to_device(torch.nonzero(torch.isin(uniq_host, self._cold_padding_host)).squeeze(1))
         return self._cold_padding_rows
 
-    def _staged(self, uniq: torch.Tensor, uniq_host: torch.Tensor, inverse: torch.Tensor,
-                tensors: list[torch.Tensor]) -> _Staged:
+    def _staged(self, uniq_host: torch.Tensor, inverse: torch.Tensor, tensors: list[torch.Tensor]) -> _Staged:
         s1 = tensors[1] if len(tensors) > 1 else None
         s2 = tensors[2] if len(tensors) > 2 else None
-        return _Staged(uniq_host, inverse, tensors[0], s1, s2, self._pad_local(uniq), self._cold_version)
+        return _Staged(uniq_host, inverse, tensors[0], s1, s2, self._pad_local(uniq_host), self._cold_version)
 
-    def _stage(self, uniq: torch.Tensor, inverse: torch.Tensor, with_state: bool) -> _Staged:
-        """Copy the cold rows ``uniq`` (host-store indices, on the device) and their states to the device."""
-        self._flush()
-        uniq_host = uniq.cpu()
+    def _stage(self, uniq_host: torch.Tensor, inverse: torch.Tensor, with_state: bool) -> _Staged:
+        """Copy the cold rows ``uniq_host`` (sorted host-store indices) and their states to the device.
+
+        The worker may still be scattering earlier batches' updated rows into the host store: rather
+        than wait for it (the copy back and the scatter would then be on every step's critical path),
+        the rows are gathered as they are and those that a pending write-back updates are patched
+        from its rows on the device, oldest write-back first, so the newest value wins."""
+        pending = self._pending_writes()
         device = self.hot_weight.device
         tensors = [buf.to(device, non_blocking=True) for buf in self._gather(uniq_host, with_state)]
-        return self._staged(uniq, uniq_host, inverse, tensors)
+        for written in pending:
+            self._patch(uniq_host, tensors, written)
+        return self._staged(uniq_host, inverse, tensors)
 
     @torch.no_grad()
     def prefetch(self, features: Mapping[str, Any]) -> None:
@@ -412,10 +439,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             event.record(side)
         return tensors, event
 
-    def _take_prefetched(self, uniq: torch.Tensor, inverse: torch.Tensor, training: bool) -> _Staged | None:
-        """The prefetch of rows ``uniq`` (with the states ``training`` needs), brought up to date, or None.
+    def _take_prefetched(self, uniq_host: torch.Tensor, inverse: torch.Tensor, training: bool) -> _Staged | None:
+        """The prefetch of rows ``uniq_host`` (with the states ``training`` needs), brought up to date, or None.
         It and the prefetches older than it are used up."""
-        uniq_host = uniq.cpu()
         needs_state = training and self.optimizer != "sgd"
         matches = [i for i, p in enumerate(self._prefetched)
                    if torch.equal(p.uniq_host, uniq_host) and (p.with_state or not needs_state)]
@@ -426,24 +452,25 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         pre = self._prefetched.popleft()
         tensors, event = pre.future.result()
         if event is not None:
-            compute = torch.cuda.current_stream(uniq.device)
+            compute = torch.cuda.current_stream(self.hot_weight.device)
             compute.wait_event(event)
             for t in tensors:
                 t.record_stream(compute)  # allocated on the side stream, used on this one
         for written in pre.writes:
             self._patch(uniq_host, tensors, written)
-        return self._staged(uniq, uniq_host, inverse, tensors)
+        return self._staged(uniq_host, inverse, tensors)
 
-    @staticmethod
-    def _patch(uniq_host: torch.Tensor, tensors: list[torch.Tensor], written: _Staged) -> None:
-        """Overwrite the rows of ``tensors`` (rows ``uniq_host``) that ``written`` (a later write-back) updated."""
+    def _patch(self, uniq_host: torch.Tensor, tensors: list[torch.Tensor], written: _Staged) -> None:
+        """Overwrite the rows of ``tensors`` (rows ``uniq_host``) that ``written`` (a later write-back) updated.
+        The rows are matched on the host; only the copies run on the device."""
         theirs = written.uniq_host
+        if not theirs.numel() or not uniq_host.numel():
+            return
         pos = torch.searchsorted(theirs, uniq_host).clamp_(max=theirs.numel() - 1)
         mine = torch.nonzero(theirs[pos] == uniq_host).squeeze(1)
         if not mine.numel():
             return
-        device = tensors[0].device
-        mine, pos = mine.to(device), pos.index_select(0, mine).to(device)
+        mine, pos = self._to_device(mine), self._to_device(pos.index_select(0, mine))
         sources = [written.weight] + [t for t in (written.state1, written.state2) if t is not None]
         for target, source in zip(tensors, sources):
             target.index_copy_(0, mine, source.index_select(0, pos))
@@ -463,7 +490,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                 t.record_stream(side)  # freed after this backward: not reused before the copy ran
         else:
             copies = [t.to("cpu") for t in tensors]  # the tensors themselves on the host; else a blocking copy
-        self._submit(self._scatter, event, staged.uniq_host, copies)
+        task = self._submit(self._scatter, event, staged.uniq_host, copies)
+        self._writes.append((task, staged))
         for pre in self._prefetched:
             pre.writes.append(staged)
         self._cold_version += 1
@@ -496,10 +524,23 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                 - limit.index_select(0, cold_idx))
 
     def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
-        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states)."""
+        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states).
+
+        One wait for the GPU per batch: a single ``torch.unique`` over every lookup's host-store
+        row, the hot lookups all given one key past the last cold row, yields the sorted unique
+        cold rows, each cold lookup's position among them and (the last key's count) how many
+        lookups are hot; a stable sort of the hot/cold flags, sliced at that count, gives both
+        lookup lists in their original order."""
         t, local, limit, is_hot = self._locate(plan)
-        hot_idx = torch.nonzero(is_hot).squeeze(1)
-        cold_idx = torch.nonzero(~is_hot).squeeze(1)
+        hot_key = self.total_cold  # past every cold row: sorted last by unique
+        keys = torch.where(is_hot, hot_key, self._cold_offsets.index_select(0, t) + local - limit)
+        order = torch.argsort((~is_hot).to(torch.uint8), stable=True)  # hot lookups first, each side in order
+        uniq, inverse, counts = torch.unique(keys, sorted=True, return_inverse=True, return_counts=True)
+        host = torch.cat([uniq, counts[-1:]]).cpu()  # the unique rows and the last key's count, in one copy
+        uniq_host, n_hot = host[:-1], 0
+        if uniq_host.numel() and int(uniq_host[-1]) == hot_key:
+            uniq_host, n_hot = uniq_host[:-1], int(host[-1])
+        hot_idx, cold_idx = order[:n_hot], order[n_hot:]
         if plan.single_hot:
             bag_h, bag_c, sc_h, sc_c = hot_idx, cold_idx, None, None
         else:
@@ -509,13 +550,10 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         hot_rows = self._hot_offsets.index_select(0, th) + local.index_select(0, hot_idx)
         hot = LookupPlan(hot_rows, plan.batch, plan.num_features, bag_h, sc_h)
         staged = None
-        if cold_idx.numel():
-            uniq, inverse = torch.unique(self._cold_flat(t, local, limit, is_hot), sorted=True, return_inverse=True)
-            staged = (self._take_prefetched(uniq, inverse, training)
-                      or self._stage(uniq, inverse, with_state=training))
-            cold_rows = inverse
-        else:
-            cold_rows = cold_idx
+        cold_rows = inverse.index_select(0, cold_idx)  # each cold lookup's row among uniq_host
+        if uniq_host.numel():
+            staged = (self._take_prefetched(uniq_host, cold_rows, training)
+                      or self._stage(uniq_host, cold_rows, with_state=training))
         cold = LookupPlan(cold_rows, plan.batch, plan.num_features, bag_c, sc_c)
         return _Split(plan, hot, cold, staged)
 
@@ -545,7 +583,6 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             return
         if staged.version != self._cold_version or (self.optimizer != "sgd" and staged.state1 is None):
             # the host store changed since the forward (or the forward ran without states): re-read
-            uniq = staged.uniq_host.to(self.hot_weight.device)
-            staged = self._stage(uniq, staged.inverse, with_state=True)
+            staged = self._stage(staged.uniq_host, staged.inverse, with_state=True)
         self._update_rows(staged.weight, staged.state1, staged.state2, split.cold, grad, staged.pad_local)
         self._write_back(staged)
