@@ -4,15 +4,16 @@
 #
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
-# STEP is one of: env tests loader embedding offload workflow workflow_strings demo profiles data50m workflow50m
-# (default: all of them, in that order). A step that fails does not stop the others; OUT_DIR/summary.txt lists each step's exit
-# code and seconds, and the script exits non-zero if any step failed. Steps are sized to fit the
-# device tool's 10-minute call together (tests ~3 min, each benchmark 1-2 min on an H100); run
+# STEP is one of: env tests loader embedding offload workflow workflow_strings demo profiles data50m
+# workflow50m profile50m (default: all of them, in that order). A step that fails does not stop
+# the others; OUT_DIR/summary.txt lists each step's exit code and seconds, and the script exits
+# non-zero if any step failed. Steps are sized to fit the device tool's 10-minute call together
+# (on an H100, 2026-11-24: tests ~5 min with -n 4, each benchmark 0.5-1.5 min); run
 # them over two calls when cuDF was installed in the same call. The 50M-row workflow benchmark
-# does not fit one call with its data (estimated from this repository's 2-core machine: ~3 min
-# to write the 50M rows, ~5 min for hand-written pandas over them; not yet measured on a GPU
-# machine): `data50m` writes the rows (once, to BENCH_DATA), `workflow50m` runs the comparison
-# in a later call of the same machine.
+# does not fit one call with its data on top of other steps (H100 machine: 2 min to write the
+# 50M rows, 3.5 min for workflow50m, pandas 2.3 min of it): `data50m` writes the rows (once, to
+# BENCH_DATA), `workflow50m` and `profile50m` use them, in the same call or a later one of the
+# same machine.
 #
 # BUDGET_S (seconds, default unlimited) bounds the whole script: each step gets what is left of it
 # and later steps are skipped once it is spent, so that a device call ends with its summary written
@@ -29,7 +30,7 @@ out=${1:?usage: tools/gpu_checks.sh OUT_DIR [STEP ...]}
 shift
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(env tests loader embedding offload workflow workflow_strings demo profiles data50m
-                                 workflow50m)
+                                 workflow50m profile50m)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from the repository root, not the caller's folder
 cd "$(dirname "$0")/.."
@@ -114,7 +115,9 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
     embedding)
       run_step embedding "$py" benchmarks/embedding.py --device cuda --json "$out/embedding.json" ;;
     offload)
-      run_step offload "$py" benchmarks/offload.py --device cuda --trace-dir "$out/offload-trace" ;;
+      run_step offload "$py" benchmarks/offload.py --device cuda --trace-dir "$out/offload-trace"
+      # the operator tables in the log too: the chrome traces are too large to bring back
+      cat "$out"/offload-trace/ops_*.txt >>"$out/offload.log" 2>/dev/null ;;
     workflow)  # 5M rows: tabloader on cuDF vs hand-written cuDF (and cudf-polars when installed),
                # pandas and polars on the CPU; the projected Criteo-1TB time is printed after each table
       if has_cudf; then
@@ -155,16 +158,19 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
       run_step data50m "$py" -c "import sys; sys.path.insert(0, 'benchmarks')
 from _common import raw_criteo
 raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
+    profile50m)  # where the 50M-row GPU workflow's time goes, stage by stage (after data50m, on its files)
+      run_step prof_workflow50m "$py" tools/gpu_profile_workflow.py "$out/workflow_profile50m" --rows 50000000 \
+        --files 50 --data "$bench_data/raw50m" ;;
     workflow50m)  # issue 14's goals are set at 50M rows: 20x hand-written pandas, 1TB projected under 5 min
       if has_cudf; then
         run_step workflow50m "$py" benchmarks/workflow.py --device cuda --rows 50000000 --files 50 \
-          --data "$bench_data/raw50m" --freq-threshold 2 --repeat 1
+          --data "$bench_data/raw50m" --freq-threshold 2 --repeat 1 --systems "${WORKFLOW50M_SYSTEMS:-tabloader-cuda,pandas,polars}"
       else
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
     *)
       echo "unknown step $step; steps: env tests loader embedding offload workflow workflow_strings demo profiles data50m" \
-        "workflow50m" >&2
+        "workflow50m profile50m" >&2
       exit 2 ;;
   esac
 done
