@@ -21,8 +21,8 @@ rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
   patches, on the device, the rows that a still-pending write-back updates. Every other access
   to the host buffer (``state_dict``, ``table_weight`` ...) first waits for the worker's queue.
 
-Per batch the forward waits for the GPU once: one ``torch.unique`` gives the cold rows to stage
-and the split into hot and cold lookups.
+Per batch the forward (and ``prefetch``) waits for the GPU once: one ``torch.unique`` gives the
+cold rows to stage and the split into hot and cold lookups.
 
 *Prefetch*: ``coll.prefetch(next_features)`` before the current batch's forward hands the next
 batch early: its unique cold rows are found at once, and the worker thread gathers them (and
@@ -419,10 +419,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             >>> coll.step
             2
         """
-        cold_flat = self._cold_flat(*self._locate(self.plan(features)))
-        if not cold_flat.numel():
+        uniq_host = self._split_lookups(self.plan(features))[0]
+        if not uniq_host.numel():
             return  # the next forward has no cold rows: it takes no prefetch
-        uniq_host = torch.unique(cold_flat, sorted=True).cpu()
         with_state = self.hot_weight.requires_grad and self.optimizer != "sgd"
         future = self._submit(self._gather_to_device, uniq_host, with_state)
         self._prefetched.append(_Prefetch(uniq_host, with_state, future))
@@ -516,22 +515,17 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         limit = self._table_hot.index_select(0, t)
         return t, local, limit, local < limit
 
-    def _cold_flat(self, t: torch.Tensor, local: torch.Tensor, limit: torch.Tensor,
-                   is_hot: torch.Tensor) -> torch.Tensor:
-        """The host-store row of every cold lookup."""
-        cold_idx = torch.nonzero(~is_hot).squeeze(1)
-        return (self._cold_offsets.index_select(0, t.index_select(0, cold_idx)) + local.index_select(0, cold_idx)
-                - limit.index_select(0, cold_idx))
+    def _split_lookups(self, plan: LookupPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """``(uniq_host, cold_rows, hot_idx, cold_idx, located)`` of a batch, with one wait for the GPU.
 
-    def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
-        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states).
-
-        One wait for the GPU per batch: a single ``torch.unique`` over every lookup's host-store
-        row, the hot lookups all given one key past the last cold row, yields the sorted unique
-        cold rows, each cold lookup's position among them and (the last key's count) how many
-        lookups are hot; a stable sort of the hot/cold flags, sliced at that count, gives both
-        lookup lists in their original order."""
-        t, local, limit, is_hot = self._locate(plan)
+        ``uniq_host``: the sorted unique host-store rows of the cold lookups (on the host);
+        ``cold_rows``: each cold lookup's position among them; ``hot_idx`` / ``cold_idx``: the
+        positions of the hot and of the cold lookups, each in order; ``located``: :meth:`_locate`'s
+        answer. A single ``torch.unique`` over every lookup's store row, the hot lookups all given
+        one key past the last cold row, yields the cold rows, their positions and (the last key's
+        count) how many lookups are hot; a stable sort of the hot/cold flags, sliced at that count,
+        gives both lists of positions."""
+        located = t, local, limit, is_hot = self._locate(plan)
         hot_key = self.total_cold  # past every cold row: sorted last by unique
         keys = torch.where(is_hot, hot_key, self._cold_offsets.index_select(0, t) + local - limit)
         order = torch.argsort((~is_hot).to(torch.uint8), stable=True)  # hot lookups first, each side in order
@@ -541,6 +535,11 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         if uniq_host.numel() and int(uniq_host[-1]) == hot_key:
             uniq_host, n_hot = uniq_host[:-1], int(host[-1])
         hot_idx, cold_idx = order[:n_hot], order[n_hot:]
+        return uniq_host, inverse.index_select(0, cold_idx), hot_idx, cold_idx, located
+
+    def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
+        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states)."""
+        uniq_host, cold_rows, hot_idx, cold_idx, (t, local, _, _) = self._split_lookups(plan)
         if plan.single_hot:
             bag_h, bag_c, sc_h, sc_c = hot_idx, cold_idx, None, None
         else:
@@ -550,7 +549,6 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         hot_rows = self._hot_offsets.index_select(0, th) + local.index_select(0, hot_idx)
         hot = LookupPlan(hot_rows, plan.batch, plan.num_features, bag_h, sc_h)
         staged = None
-        cold_rows = inverse.index_select(0, cold_idx)  # each cold lookup's row among uniq_host
         if uniq_host.numel():
             staged = (self._take_prefetched(uniq_host, cold_rows, training)
                       or self._stage(uniq_host, cold_rows, with_state=training))
