@@ -80,15 +80,21 @@ def _assert_same(fused, off, optimizer, what, atol=1e-6):
                                        msg=lambda m: f"{what}, {cfg.name} {key}: {m}")
 
 
+def _train_step(collections, feats, step, device):
+    """One training step of each collection on ``feats``, with the same output gradient; their outputs."""
+    outs = []
+    for coll in collections:
+        out = coll(feats)
+        up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
+        (out * up).sum().backward()
+        outs.append(out.detach())
+    return outs
+
+
 def _train(fused, off, optimizer, steps=4, pooled=False, device="cpu", batch=24, cards=CARDS, atol=1e-6):
     for step in range(steps):
         feats = _batch(100 + step, batch=batch, pooled=pooled, cards=cards, device=device)
-        outs = []
-        for coll in (fused, off):
-            out = coll(feats)
-            up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
-            (out * up).sum().backward()
-            outs.append(out.detach())
+        outs = _train_step((fused, off), feats, step, device)
         torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=atol, msg=lambda m: f"step {step} output: {m}")
         _assert_same(fused, off, optimizer, f"after step {step}", atol=atol)
 
@@ -300,12 +306,7 @@ def test_prefetch_gives_the_same_training_as_no_prefetch(device, optimizer, pool
     for step, feats in enumerate(batches):
         if step + 1 < len(batches):
             pre.prefetch(batches[step + 1])
-        outs = []
-        for coll in (fused, plain, pre):
-            out = coll(feats)
-            up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
-            (out * up).sum().backward()
-            outs.append(out.detach())
+        outs = _train_step((fused, plain, pre), feats, step, device)
         torch.testing.assert_close(outs[2], outs[1], rtol=0, atol=atol)
         for cfg in pre.configs:
             torch.testing.assert_close(pre.table_weight(cfg.name), plain.table_weight(cfg.name), rtol=0, atol=atol)
@@ -339,12 +340,7 @@ def test_rows_staged_while_earlier_updates_are_still_being_written_back(device, 
     monkeypatch.setattr(off, "_scatter", slow_scatter)
     monkeypatch.setattr(off, "_pending_writes", pending_writes)
     for step, feats in enumerate(batches):
-        outs = []
-        for coll in (fused, off):
-            out = coll(feats)
-            up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device)
-            (out * up).sum().backward()
-            outs.append(out.detach())
+        outs = _train_step((fused, off), feats, step, device)
         torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=atol, msg=lambda m: f"step {step} output: {m}")
     assert max(pending_seen) >= 1, f"no forward staged rows while a write-back was pending: {pending_seen}"
     _assert_same(fused, off, optimizer, "after steps staged over pending write-backs", atol=atol)
