@@ -321,7 +321,8 @@ class Dataset:
             path: output directory (local or fsspec URL).
             output_files: number of files (default: one per partition, at most that many).
             shuffle: shuffle rows within each partition and the order of partitions.
-            row_group_size: rows per parquet row group (default: pyarrow's).
+            row_group_size: rows per parquet row group (default: pyarrow's; for a dataset on the GPU
+                cuDF's, whose writer groups rows in whole 5,000-row fragments: a smaller size warns).
             overwrite: replace an existing directory (only after the new one is complete).
             seed: seed of the shuffle.
             progress: show a progress bar.
