@@ -373,3 +373,35 @@ def test_deepcopy_after_prefetch_and_training():
     for coll in (fused, twin):
         coll(_batch(1)).sum().backward()
     _assert_same(fused, twin, "adagrad", "deep copy", atol=0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_cuda_forward_waits_for_the_gpu_at_most_twice(optimizer):
+    """The offloaded forward's host syncs, counted by torch's sync debug mode: the one torch.unique
+    that splits the batch (its output size) and the copy of its rows to the host -- not one per
+    nonzero, unique and copy as before."""
+    import warnings
+
+    configs = [EmbeddingConfig("a", 100_000, 64), EmbeddingConfig("b", 5_000, 64)]
+    coll = OffloadedEmbeddingCollection(configs, hot_rows=[2_000, 5_000], optimizer=optimizer,
+                                        validate_indices=False, device="cuda")
+    g = torch.Generator().manual_seed(0)
+    feats = [{"a": (torch.rand(4096, generator=g) ** 3 * 100_000).long().cuda(),
+              "b": torch.randint(0, 5_000, (4096,), generator=g).cuda()} for _ in range(3)]
+    for batch in feats[:2]:  # warm-up: Triton compiles, the worker and the side stream start
+        coll(batch).sum().backward()
+    coll._flush()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = coll(feats[2])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
+    assert 1 <= len(syncs) <= 2, syncs
+    out.sum().backward()
+    torch.cuda.synchronize()
+    assert coll.step == 3
