@@ -24,8 +24,12 @@ CASES = [
                  id="criteo_torch", marks=[pytest.mark.torch, needs_torch]),
     pytest.param("movielens_torch.py", ["--rows", "20000", "--quiet"], "validation RMSE",
                  id="movielens_torch", marks=[pytest.mark.torch, needs_torch]),
-    pytest.param("ddp_criteo.py", ["--nproc", "2", "--rows", "20000", "--batch-size", "512"], "validation AUC",
-                 id="ddp_criteo", marks=[pytest.mark.torch, needs_torch]),
+    pytest.param("ddp_criteo.py", ["--nproc", "2", "--device", "cpu", "--rows", "20000", "--batch-size", "512"],
+                 "validation AUC", id="ddp_criteo", marks=[pytest.mark.torch, needs_torch]),
+    # NCCL, the GPU's process group: one rank, as a lent machine has one GPU (NCCL refuses two
+    # ranks on the same GPU); the loader, the model and the all-reduce on CUDA
+    pytest.param("ddp_criteo.py", ["--nproc", "1", "--device", "cuda", "--rows", "20000", "--batch-size", "512"],
+                 "validation AUC", id="ddp_criteo_nccl", marks=[pytest.mark.gpu, pytest.mark.torch, needs_torch]),
     pytest.param("criteo_keras.py", ["--rows", "20000", "--batch-size", "1024", "--quiet"], "validation AUC",
                  id="criteo_keras", marks=[pytest.mark.tf, needs_tf]),
 ]
@@ -48,6 +52,7 @@ def test_example_runs(script, args, expected, tmp_path):
     if "AUC" in expected:
         auc = float(proc.stdout.split("validation AUC:")[1].split()[0])
         assert auc > 0.55, proc.stdout
-    if "steps per rank" in proc.stdout:  # DDP: every rank must make the same number of steps
+    if "--nproc" in args:  # DDP: every rank must make the same number of steps
         steps = [int(n) for n in proc.stdout.split("steps per rank [")[1].split("]")[0].split(",")]
-        assert len(steps) == 2 and steps[0] == steps[1] > 0, proc.stdout
+        assert len(steps) == int(args[args.index("--nproc") + 1]) and min(steps) == max(steps) > 0, proc.stdout
+        assert f"ranks ({args[args.index('--device') + 1]})" in proc.stdout, proc.stdout  # NCCL on cuda, gloo on cpu
