@@ -5,7 +5,7 @@
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
 # STEP is one of: env tests loader embedding offload workflow workflow_strings demo profiles data50m
-# workflow50m profile50m (default: all of them, in that order). A step that fails does not stop
+# workflow50m profile50m sweep50m (default: all but sweep50m, in that order). A step that fails does not stop
 # the others; OUT_DIR/summary.txt lists each step's exit code and seconds, and the script exits
 # non-zero if any step failed. Steps are sized to fit the device tool's 10-minute call together
 # (on an H100, 2026-11-24: tests ~5 min with -n 4, each benchmark 0.5-1.5 min); run
@@ -168,9 +168,30 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
       else
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
+    sweep50m)  # tabloader-cuda alone at 50M rows (after data50m) under each setting of SWEEP50M (a list of
+               # "VAR=value ..." settings separated by ';'; "-" is the defaults): which knob moves the 8.9 s
+      if has_cudf; then
+        IFS=';' read -r -a settings <<<"${SWEEP50M:--;TABLOADER_GPU_MERGE=host;DASK_NUM_WORKERS=1;DASK_NUM_WORKERS=4;KVIKIO_NTHREADS=16;DASK_NUM_WORKERS=4 KVIKIO_NTHREADS=16;LIBCUDF_HOST_DECOMPRESSION=AUTO}"
+        for setting in "${settings[@]}"; do
+          for part_size in ${SWEEP50M_PART_SIZES:-default}; do
+            name="sweep50m $setting part_size=$part_size"
+            part_arg=()
+            [ "$part_size" = default ] || part_arg=(--part-size "$part_size")
+            # shellcheck disable=SC2086  # a setting is a list of VAR=value words
+            run_step "$(echo "$name" | tr -c 'A-Za-z0-9=_.\n-' '_')" env ${setting/#-/} "$py" benchmarks/workflow.py \
+              --device cuda --rows 50000000 --files 50 --data "$bench_data/raw50m" --freq-threshold 2 --repeat 1 \
+              --systems tabloader-cuda "${part_arg[@]}"
+          done
+        done
+        for log in "$out"/sweep50m*.log; do
+          echo "$(basename "$log" .log): $(grep -h '^| tabloader-cuda' "$log" | tail -1)"
+        done >"$out/sweep50m.txt"
+      else
+        echo "sweep50m   skipped: cuDF is not importable" | tee -a "$out/summary.txt"
+      fi ;;
     *)
       echo "unknown step $step; steps: env tests loader embedding offload workflow workflow_strings demo profiles data50m" \
-        "workflow50m profile50m" >&2
+        "workflow50m profile50m sweep50m" >&2
       exit 2 ;;
   esac
 done
