@@ -5,7 +5,7 @@
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
 # STEP is one of: env tests loader embedding offload workflow workflow_strings demo profiles data50m
-# workflow50m profile50m sweep50m (default: all but sweep50m, in that order). A step that fails does not stop
+# workflow50m profile50m sweep50m workflow_polars_gpu (default: all but the last two, in that order). A step that fails does not stop
 # the others; OUT_DIR/summary.txt lists each step's exit code and seconds, and the script exits
 # non-zero if any step failed. Steps are sized to fit the device tool's 10-minute call together
 # (on an H100, 2026-11-24: tests ~5 min with -n 4, each benchmark 0.5-1.5 min); run
@@ -168,6 +168,19 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
       else
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
+    workflow_polars_gpu)  # cudf-polars (`polars-gpu`: the GPU engine's in-memory executor) against tabloader-cuda,
+                          # at 5M rows with pandas and at 50M (after data50m); cudf-polars needs polars 1.x, so its
+                          # wheels go to a folder of their own, PLGPU_SITE, put first on the path for this step only
+      site=${PLGPU_SITE:-/tmp/site-plgpu}
+      if has_cudf && [ -d "$site" ]; then
+        run_step workflow_polars_gpu env PYTHONPATH="$site:$PYTHONPATH" "$py" benchmarks/workflow.py --device cuda \
+          --rows 5000000 --files 10 --data "$bench_data/raw" --freq-threshold 2 --systems tabloader-cuda,polars-gpu,pandas
+        [ -f "$bench_data/raw50m/_bench.json" ] &&
+          run_step workflow_polars_gpu50m env PYTHONPATH="$site:$PYTHONPATH" "$py" benchmarks/workflow.py --device cuda \
+            --rows 50000000 --files 50 --data "$bench_data/raw50m" --freq-threshold 2 --systems tabloader-cuda,polars-gpu
+      else
+        echo "workflow_polars_gpu skipped: cuDF is not importable or $site is missing" | tee -a "$out/summary.txt"
+      fi ;;
     sweep50m)  # tabloader-cuda alone at 50M rows (after data50m) under each setting of SWEEP50M (a list of
                # "VAR=value ..." settings separated by ';'; "-" is the defaults): which knob moves the 8.9 s
       if has_cudf; then
@@ -191,7 +204,7 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
       fi ;;
     *)
       echo "unknown step $step; steps: env tests loader embedding offload workflow workflow_strings demo profiles data50m" \
-        "workflow50m profile50m sweep50m" >&2
+        "workflow50m profile50m sweep50m workflow_polars_gpu" >&2
       exit 2 ;;
   esac
 done
