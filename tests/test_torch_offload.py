@@ -362,6 +362,76 @@ def test_prefetch_of_other_rows_or_before_a_reload_is_not_used():
     _assert_same(fresh, off, "adam", "after a reload", atol=0.0)
 
 
+def test_training_with_prefetch_keeps_no_finished_write_back():
+    """A forward that takes a prefetch stages nothing, so the write-backs must be let go elsewhere:
+    each step's device rows would otherwise be kept for the whole training (a GPU runs out)."""
+    _, off = _pair("adam", [7, 20, 4])
+    batches = [_batch(100 + s) for s in range(8)]
+    for step, feats in enumerate(batches):
+        if step + 1 < len(batches):
+            off.prefetch(batches[step + 1])
+        off(feats).sum().backward()
+        for task in list(off._tasks):
+            task.result()  # this step's scatter done: the next backward must let it go
+        assert len(off._writes) <= 1, f"step {step}: {len(off._writes)} write-backs kept"
+
+
+def test_a_prefetch_no_forward_takes_is_dropped():
+    """A prefetch of rows no forward asks for stops collecting write-backs (and their device rows)
+    once backwards have passed it over; training is unchanged."""
+    fused, off = _pair("adam", [3, 10, 2])
+    off.prefetch(_batch(999))
+    for step in range(5):
+        _train_step((fused, off), _batch(step), step, "cpu")
+        assert sum(len(pre.writes) for pre in off._prefetched) <= 2, f"step {step}"
+    assert not off._prefetched
+    _assert_same(fused, off, "adam", "after a prefetch no forward took", atol=0.0)
+
+
+def test_a_failed_prefetch_does_not_stop_the_next_write_back(monkeypatch):
+    """The worker's gather of a prefetch fails: the error must not keep the next backward's rows
+    from being queued for the host store (the forward that would take the prefetch reports it)."""
+    fused, off = _pair("adam", [3, 10, 2])
+
+    def failing_gather(*args):
+        raise MemoryError("no pinned memory left")
+
+    monkeypatch.setattr(off, "_gather_to_device", failing_gather)
+    off.prefetch(_batch(999))
+    for task in list(off._tasks):
+        task.exception()  # the prefetch has failed before the step
+    for step in range(3):
+        _train_step((fused, off), _batch(step), step, "cpu")
+    _assert_same(fused, off, "adam", "after a failed prefetch", atol=0.0)
+    off.prefetch(_batch(5))
+    with pytest.raises(MemoryError, match="pinned"):
+        off(_batch(5))
+
+
+def test_a_failed_write_back_is_raised_after_every_queued_task_finished(monkeypatch):
+    """A scatter into the host store fails while later ones are queued: waiting for the queue
+    (state_dict, table_weight ...) raises the error only once the later ones are done, so none
+    is still writing into the store after the caller saw it."""
+    _, off = _pair("sgd", [3, 10, 2])
+    scatter, finished = off._scatter, []
+
+    def scatter_first_fails(*args):
+        if not finished:
+            finished.append("failed")
+            raise OSError("scatter failed")
+        time.sleep(0.2)
+        scatter(*args)
+        finished.append("done")
+
+    monkeypatch.setattr(off, "_scatter", scatter_first_fails)
+    monkeypatch.setattr(off, "_pending_writes", lambda: [])  # keeps the backwards from reporting it first
+    for step in range(2):
+        off(_batch(step)).sum().backward()
+    with pytest.raises(OSError, match="scatter failed"):
+        off.table_weight("t0")
+    assert finished == ["failed", "done"]
+
+
 def test_deepcopy_after_prefetch_and_training():
     import copy
 

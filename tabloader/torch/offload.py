@@ -68,6 +68,12 @@ from tabloader.torch.table_batched import STATE_NAMES, TableBatchedCollection
 
 __all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row"]
 
+#: Prefetches kept: the current batch's and the next one's (``prefetch(next)`` before the forward).
+_PREFETCHES = 2
+#: A prefetch passed over by more write-backs than this was not for the next forwards: it is
+#: dropped, with its device rows and the write-backs it would have patched in.
+_PREFETCH_MAX_WRITES = 2
+
 
 class _Staged:
     """The unique cold rows of one batch, on the device."""
@@ -187,7 +193,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._side_stream: Any = None
         # prefetches not yet taken, oldest first: the current batch's and the next one's when
         # prefetch(next) is called before the current forward
-        self._prefetched: collections.deque[_Prefetch] = collections.deque(maxlen=2)
+        self._prefetched: collections.deque[_Prefetch] = collections.deque(maxlen=_PREFETCHES)
         self._cold_version = 0
         self.reset_parameters()
 
@@ -304,7 +310,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         """Pickling / ``copy.deepcopy``: finish the worker's queue; the copy starts without worker or prefetch."""
         self._flush()
         state = self.__dict__.copy()
-        state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=2), _tasks=[], _writes=[])
+        state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=_PREFETCHES), _tasks=[],
+                     _writes=[])
         return state
 
     def _store_changed(self) -> None:
@@ -313,10 +320,15 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._prefetched.clear()
 
     def _flush(self) -> None:
-        """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it)."""
-        tasks, self._tasks, self._writes = self._tasks, [], []
-        for task in tasks:
-            task.result()  # re-raises a worker's error here
+        """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it),
+        then re-raise the first error of a task. Every task is waited for first: one still running
+        after the error was raised would write into the store unseen."""
+        tasks = list(dict.fromkeys([*self._tasks, *(task for task, _ in self._writes)]))
+        self._tasks, self._writes = [], []
+        errors = [task.exception() for task in tasks]  # waits for each
+        first = next((error for error in errors if error is not None), None)
+        if first is not None:
+            raise first
 
     def _pending_writes(self) -> list[_Staged]:
         """The write-backs whose scatter into the host store may not have finished, oldest first."""
@@ -327,14 +339,15 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         return [staged for _, staged in self._writes]
 
     def _submit(self, fn: Any, *args: Any) -> Future:
+        """Queue ``fn(*args)`` on the worker, after the tasks queued before it; the finished ones
+        leave the queue (and free their tensors). Their errors are not raised here, so that an
+        earlier failure never keeps this task from being queued: a write-back's surfaces from
+        ``_writes`` (:meth:`_pending_writes`, :meth:`_flush`), a prefetch's where it is taken."""
         if self._worker is None:
             self._side()  # made in this thread, before the worker may need it
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="tabloader-offload")
-        for done in [t for t in self._tasks if t.done()]:
-            done.result()  # re-raises a worker's error; the finished ones leave the queue (and their tensors)
-            self._tasks.remove(done)
         task = self._worker.submit(fn, *args)
-        self._tasks.append(task)
+        self._tasks = [t for t in self._tasks if not t.done()] + [task]
         return task
 
     def _side(self) -> Any:
@@ -342,7 +355,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         device = self.hot_weight.device
         if device.type != "cuda":
             return None
-        if self._side_stream is None:
+        if self._side_stream is None or self._side_stream.device != device:  # made again after .to(another GPU)
             self._side_stream = torch.cuda.Stream(device=device)
         return self._side_stream
 
@@ -402,9 +415,11 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         cold rows (with their optimizer state when the collection trains) into pinned memory
         and copies them to the device on a side stream while the current batch computes.
         A forward takes the prefetch of its cold rows (the two newest are kept: the current
-        batch's and the next one's; older ones than the one taken are dropped); without one it
-        stages as usual. Rows that the current batch's backward updates are patched in, so
-        results are identical to calling no ``prefetch`` at all.
+        batch's and the next one's; older ones than the one taken are dropped, and so is one
+        that more than two backwards passed over); without one it stages as usual. Rows that
+        the current batch's backward updates are patched in, so results are identical to
+        calling no ``prefetch`` at all. Call it from the thread of the training loop, as the
+        forward and the backward: the collection's queues take no lock.
 
         Example:
             >>> import torch
@@ -493,7 +508,10 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._writes.append((task, staged))
         for pre in self._prefetched:
             pre.writes.append(staged)
+        self._prefetched = collections.deque((pre for pre in self._prefetched
+                                              if len(pre.writes) <= _PREFETCH_MAX_WRITES), maxlen=_PREFETCHES)
         self._cold_version += 1
+        self._pending_writes()  # the finished write-backs leave _writes (a prefetched forward stages none)
 
     def _scatter(self, event: Any, uniq_host: torch.Tensor, copies: list[torch.Tensor]) -> None:
         """(worker thread) Write updated rows into the host store once their copy is complete."""
