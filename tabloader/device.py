@@ -8,7 +8,9 @@ of the operations below:
 
 * where things live: :func:`is_host`, :func:`on_host`, :func:`array_device`,
   :func:`reads_frames`, :func:`pins_host_memory`, :func:`device_context`;
-* memory: :func:`host_staging`, :func:`copy_rows`, :func:`empty_columns`, :func:`synchronize`;
+* memory: :func:`host_staging`, :func:`copy_rows`, :func:`empty_columns`, :func:`synchronize`,
+  :func:`data_address`;
+* order between threads: :func:`work_queued`, :func:`wait_for`;
 * chunk layout: :func:`column_major_chunks`, :func:`gather_columns`;
 * loops over a buffer: :func:`block_rows`, :func:`take_rows`, :func:`repeat`, :func:`permutation`;
 * frames: :func:`is_frame`, :func:`resolve_frame_device`.
@@ -122,6 +124,17 @@ def synchronize(device: Any) -> None:
         backend.cupy().cuda.runtime.deviceSynchronize()
 
 
+def data_address(array: Any) -> int:
+    """The address of the first element of a numpy or CuPy array (host or device memory).
+
+    Example:
+        >>> a = np.arange(4)
+        >>> data_address(a[1:]) - data_address(a) == a.itemsize
+        True
+    """
+    return array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr
+
+
 ALIGNMENT = 64  # bytes; TensorFlow aborts on tensors imported from less aligned memory
 
 
@@ -177,12 +190,17 @@ def gather_columns(columns: Any, indices: Any) -> Any:
     return backend.array_lib(columns).take(columns, indices, axis=1)
 
 
-def host_staging(array: Any) -> Any:
+def host_staging(array: Any, pooled: bool = True) -> Any:
     """Host memory to build the contents of ``array`` in before :func:`copy_rows` puts them
     there: ``array`` itself when it is in host memory (nothing to copy), else an uninitialized
     numpy array of its shape, dtype and memory order (C, or F for the transposed view of a
     column-major buffer) in page-locked (pinned) memory, from which the copy to the GPU is an
     asynchronous DMA transfer.
+
+    ``pooled``: from CuPy's pinned memory pool, which keeps a freed block for the next request
+    of its size -- right for staging reused at one size, wrong for staging used once per size
+    (the pool would keep every one of them locked): with ``pooled=False`` the memory goes back
+    to the system when the array is freed.
 
     Example:
         >>> a = np.zeros((2, 3))
@@ -193,7 +211,8 @@ def host_staging(array: Any) -> Any:
         return array
     dtype = np.dtype(array.dtype)
     count = int(np.prod(array.shape, dtype=np.int64))
-    memory = backend.cupy().cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    cuda, nbytes = backend.cupy().cuda, max(1, count * dtype.itemsize)
+    memory = cuda.alloc_pinned_memory(nbytes) if pooled else cuda.PinnedMemoryPointer(cuda.PinnedMemory(nbytes), 0)
     order = "F" if _column_major(array) else "C"  # as copy_rows reads both: the same layout
     return np.frombuffer(memory, dtype=dtype, count=count).reshape(array.shape, order=order)
 
@@ -212,8 +231,8 @@ def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
     Host destinations are their own staging: nothing is copied. GPU destinations are written
     by one 2-D DMA copy per array and range (a column-major buffer's rows ``[a, b)`` are one
     strided span per column) on a side stream that first waits for the work already queued on
-    the device (which may still read the rows about to be overwritten) and does not hold up
-    the work queued after it.
+    the device on this thread's current stream (which may still read the rows about to be
+    overwritten) and does not hold up the work queued after it.
 
     Example:
         >>> a = {"x": np.zeros((3, 1))}
@@ -225,7 +244,7 @@ def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
         return None
     cuda = backend.cupy().cuda
     stream = _copy_stream()
-    stream.wait_event(cuda.Stream.null.record())
+    stream.wait_event(cuda.get_current_stream().record())
     for destination, source in pairs:
         for start, stop in ranges:
             offset, width, height, dpitch = _row_span(destination, start, stop)
@@ -235,6 +254,31 @@ def copy_rows(destinations: Mapping[str, Any], sources: Mapping[str, Any],
     if wait:
         stream.synchronize()
     return stream
+
+
+def work_queued(device: Any) -> Any:
+    """A mark of the GPU work this thread has queued so far on ``device`` (an event on its
+    current CuPy stream), for :func:`wait_for` in another thread; None on the host.
+
+    CuPy's current stream is per thread: work a loader's prefetch thread queued is ordered
+    before the consumer's only if the consumer waits for it (both threads on the legacy default
+    stream serialize anyway; a stream set in the consumer's thread, or per-thread default
+    streams, do not).
+
+    Example:
+        >>> work_queued("cpu") is None
+        True
+    """
+    if is_host(device):
+        return None
+    return backend.cupy().cuda.get_current_stream().record()
+
+
+def wait_for(mark: Any) -> None:
+    """Make this thread's current CuPy stream wait (on the GPU, without blocking the host) for
+    the work before a :func:`work_queued` mark; nothing for None."""
+    if mark is not None:
+        backend.cupy().cuda.get_current_stream().wait_event(mark)
 
 
 def _row_span(array: Any, start: int, stop: int) -> tuple[int, int, int, int]:

@@ -54,13 +54,24 @@ class StandInCuda:
 
     def __init__(self) -> None:
         self.pinned: list[np.ndarray] = []
+        self.pooled: list[int] = []  # sizes of the pinned blocks taken from the pool
         self.runtime = types.SimpleNamespace(getDevice=lambda: 0, memcpyHostToDevice=1,
                                              memcpy2DAsync=self.memcpy2d)
 
+    def get_current_stream(self):
+        return self.Stream.null
+
     def alloc_pinned_memory(self, nbytes: int) -> np.ndarray:
+        self.pooled.append(nbytes)
+        return self.PinnedMemory(nbytes)
+
+    def PinnedMemory(self, nbytes: int) -> np.ndarray:  # noqa: N802 (CuPy's class, unpooled)
         memory = np.zeros(nbytes, dtype=np.uint8)
         self.pinned.append(memory)
         return memory
+
+    def PinnedMemoryPointer(self, memory: np.ndarray, offset: int) -> np.ndarray:  # noqa: N802
+        return memory[offset:]
 
     def memcpy2d(self, dst, dpitch, src, spitch, width, height, kind, stream) -> None:
         assert kind == self.runtime.memcpyHostToDevice
@@ -124,3 +135,53 @@ def test_rows_reach_a_cupy_chunk_buffer(columns, rows):
     staging[:] = values
     backend.copy_rows({"float32": destination}, {"float32": staging}, [(0, rows)])
     assert cp.asnumpy(destination).tolist() == values.tolist()
+
+
+def test_resident_partitions_are_staged_outside_the_pinned_pool(cuda):
+    """A resident partition is staged once, at its own size: from CuPy's pool, every one would stay
+    locked in host memory after its copy (the pool keeps a freed block for the next request of its
+    size); the chunk slots' staging, reused chunk after chunk, comes from the pool."""
+    import pyarrow as pa
+
+    from tabloader.loader.buffer import ChunkBuffer
+    from tabloader.loader.layout import ColumnLayout
+    from tabloader.loader.plan import ChunkSpec, Segment
+
+    layout = ColumnLayout(("a", "b"), (), {"int64": ("a", "b")}, {})
+    buffer = ChunkBuffer(layout, 8)  # then made a GPU's: column-major buffers of the stand-in device
+    buffer.column_major = True
+    buffer.xp = types.SimpleNamespace(empty=lambda shape, dtype: np.zeros(shape, dtype=dtype).view(DeviceArray),
+                                      asarray=np.asarray)
+    tables = [pa.table({"a": np.arange(n), "b": np.arange(n) * 10}) for n in (3, 5)]
+    packed = [buffer.pack_partition(t) for t in tables]
+    assert cuda.pooled == [] and len(cuda.pinned) == 2
+    assert [np.asarray(p.groups["int64"]).tolist() for p in packed] == \
+        [[[i, 10 * i] for i in range(n)] for n in (3, 5)]
+    chunk = buffer.fill(ChunkSpec(0, (Segment(0, 0, 3),), 0), [tables[0]])
+    assert len(cuda.pooled) == 1 and np.asarray(chunk.groups["int64"]).tolist() == [[i, 10 * i] for i in range(3)]
+
+
+@pytest.mark.gpu
+def test_resident_epochs_leave_no_pinned_block_in_the_pool(tmp_path):
+    """On a GPU: after a resident epoch over partitions of different sizes, CuPy's pinned pool holds
+    no more free blocks than before (each partition's staging went back to the system)."""
+    import pandas as pd
+
+    import tabloader as tl
+
+    cp = backend.cupy()
+    frames = [pd.DataFrame({"a": np.arange(n, dtype=np.int64), "x": np.ones(n, np.float32)}) for n in (3000, 5000, 7000)]
+    for i, frame in enumerate(frames):
+        frame.to_parquet(tmp_path / f"part_{i}.parquet")
+    pool = cp.get_default_pinned_memory_pool()
+    pool.free_all_blocks()
+    loader = tl.Loader(tl.Dataset(str(tmp_path)), 1024, categorical=["a"], continuous=["x"], device="cuda",
+                       resident=True, shuffle=False)
+    for _ in range(2):
+        seen = np.concatenate([cp.asnumpy(f["a"]) for f, _ in loader])
+    assert sorted(seen.tolist()) == sorted(np.concatenate([f["a"].to_numpy() for f in frames]).tolist())
+    assert loader.resident is not None and len(loader.resident) == 3
+    import gc
+
+    gc.collect()
+    assert pool.n_free_blocks() <= 2, f"{pool.n_free_blocks()} free pinned blocks kept"

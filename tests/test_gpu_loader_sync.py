@@ -156,3 +156,18 @@ def test_torch_loader_dict_and_jagged_make_no_sync(sessions, no_sync):
         assert host(jagged_parts(sparse)[3]).tolist() == [1.0] * len(ids) + [0.5] * len(values)
         seen += ids
     assert sorted(seen) == list(range(FILES * ROWS))
+
+
+def test_batches_on_a_stream_of_the_consumers_own_are_whole(sessions):
+    """The consumer iterates on a non-blocking CuPy stream of its own (as torch users do with
+    ``cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream).use()``): the chunks
+    built on the prefetch thread's stream must be waited for on it, or batches could read rows
+    that are not gathered yet. Every row comes out once, whole, as by hand."""
+    cp = backend.cupy()
+    ds, items, hist = sessions
+    loader = tl.Loader(ds, batch_size=BATCH, device="cuda", parts_per_chunk=1, lists={"hist": PAD_TO}, seed=4)
+    with cp.cuda.Stream(non_blocking=True) as stream:
+        copies = [{"id": features["id"].copy(), "items": tuple(a.copy() for a in features["items"]),
+                   "hist": features["hist"].copy()} for features, _ in loader]  # each read at once, on this stream
+        stream.synchronize()
+    check_rows(copies, items, hist)

@@ -45,6 +45,7 @@ class Chunk:
     lists: dict[str, tuple[Any, Any]]
     perm: Any = None
     shuffled: dict[str, Any] | None = None
+    ready: Any = None  # on a GPU, the mark of the work that built it (backend.work_queued), for the consumer
 
     @property
     def num_rows(self) -> int:
@@ -79,12 +80,12 @@ class HostStaging(dict):
         (0, True, 1)
     """
 
-    def __init__(self, buffers: dict[str, Any]) -> None:
+    def __init__(self, buffers: dict[str, Any], pooled: bool = True) -> None:
         super().__init__()
-        self._buffers = buffers
+        self._buffers, self._pooled = buffers, pooled
 
     def __missing__(self, dtype: str) -> Any:
-        self[dtype] = staging = backend.host_staging(self._buffers[dtype])
+        self[dtype] = staging = backend.host_staging(self._buffers[dtype], pooled=self._pooled)
         return staging
 
 
@@ -149,10 +150,11 @@ class ChunkBuffer:
         return Chunk(spec, {d: b[:spec.num_rows] for d, b in buffers.items()}, lists)
 
     def pack_partition(self, table: Any) -> PackedRows:
-        """Every row of a decoded partition packed into new arrays on the device."""
+        """Every row of a decoded partition packed into new arrays on the device. Its host
+        staging is used once (partitions differ in size): not pooled, so that it is not kept."""
         rows = table.num_rows if hasattr(table, "num_rows") else len(table)
         buffers = self._empty(rows)
-        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, HostStaging(buffers))
+        lists = self._pack([Segment(-1, 0, rows)], [table], buffers, HostStaging(buffers, pooled=False))
         return PackedRows(buffers, lists)
 
     def _pack(self, segments: Sequence[Segment], sources: Iterable[Any], buffers: dict[str, Any],
@@ -163,24 +165,26 @@ class ChunkBuffer:
         next segment; all copies are waited for before returning."""
         row, copies = 0, None  # copies: the stream of the copies to the device, waited for at the end
         lists: dict[str, list[tuple[Any, Any]]] = {name: [] for name in self.layout.lists}
-        for seg, source in zip(segments, sources):
-            stop = row + seg.num_rows
-            if isinstance(source, PackedRows):  # resident: a copy on the device
-                for dtype, buf in buffers.items():
-                    buf[row:stop] = source.groups[dtype][seg.start:seg.stop]
-                for name, parts in lists.items():
-                    parts.append(_slice_lists(*source.lists[name], seg.start, seg.stop))
-            else:
-                decoded_on_host = backend.on_host(source)
-                _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
-                if decoded_on_host:
-                    copies = backend.copy_rows(buffers, staging, [(row, stop)], wait=False)
-                for name, parts in lists.items():
-                    parts.append(_list_rows(source, seg, name))
-            row = stop
-            del source  # not held while the next source is produced (and the one after it decoded)
-        if copies is not None:
-            copies.synchronize()
+        try:
+            for seg, source in zip(segments, sources):
+                stop = row + seg.num_rows
+                if isinstance(source, PackedRows):  # resident: a copy on the device
+                    for dtype, buf in buffers.items():
+                        buf[row:stop] = source.groups[dtype][seg.start:seg.stop]
+                    for name, parts in lists.items():
+                        parts.append(_slice_lists(*source.lists[name], seg.start, seg.stop))
+                else:
+                    decoded_on_host = backend.on_host(source)
+                    _pack_table(self.layout, source, seg, staging if decoded_on_host else buffers, row)
+                    if decoded_on_host:
+                        copies = backend.copy_rows(buffers, staging, [(row, stop)], wait=False)
+                    for name, parts in lists.items():
+                        parts.append(_list_rows(source, seg, name))
+                row = stop
+                del source  # not held while the next source is produced (and the one after it decoded)
+        finally:  # on an error too: the staging must not be refilled or freed while a copy reads it
+            if copies is not None:
+                copies.synchronize()
         xp = self.xp
         return {name: concat_lists([(xp.asarray(v), xp.asarray(o)) for v, o in parts], self.layout.lists[name], xp)
                 for name, parts in lists.items()}

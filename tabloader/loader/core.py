@@ -153,6 +153,10 @@ class Loader:
         return sizes_unknown or (bool(self.layout.lists) and self.parts_per_chunk is None)
 
     def _make_plan(self) -> PartitionPlan:
+        with self._on_device():  # a plan that reads partitions decodes them on the loader's GPU
+            return self._plan_from_sizes()
+
+    def _plan_from_sizes(self) -> PartitionPlan:
         sizes = self.dataset.partition_sizes()
         if sizes is None:  # a transform may drop rows: count them once by reading
             sizes = [self.reader.count(i) for i in range(self.dataset.npartitions)]
@@ -218,7 +222,7 @@ class Loader:
                                        ahead=read_ahead() if self.prefetch else 0, context=self._on_device)
         build = lambda spec: self._build(buffer, reads, spec, epoch, resident)  # noqa: E731
         source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
-        batches = self.batcher.batches(source, start, self.plan.rows_per_rank, convert)
+        batches = self.batcher.batches(map(_after_its_build, source), start, self.plan.rows_per_rank, convert)
         try:
             while True:
                 with self._on_device():  # this thread's current GPU is the user's between batches
@@ -247,7 +251,9 @@ class Loader:
         with self._on_device():
             sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
             chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
-            return self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
+            chunk = self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
+            chunk.ready = backend.work_queued(self.device)
+            return chunk
 
     def _rows_of(self, partition: int, reads: "ReadAhead", resident: frozenset[int], buffer: ChunkBuffer) -> Any:
         """A partition's rows for the chunk buffer: resident since before the epoch, or decoded
@@ -341,6 +347,13 @@ def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+def _after_its_build(chunk: Chunk) -> Chunk:
+    """``chunk``, once the consumer's GPU stream waits for the work that built it: the
+    prefetch thread queued it on its own current stream (see :func:`tabloader.backend.work_queued`)."""
+    backend.wait_for(chunk.ready)
+    return chunk
 
 
 def _resident(resident: Any) -> ResidentPartitions | None:
