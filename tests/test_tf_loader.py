@@ -386,3 +386,49 @@ def test_fit_with_steps_per_epoch_continues_one_loader_epoch_without_crossing_it
     counts.per_epoch.clear()
     model.fit(train, epochs=1, verbose=0, callbacks=[counts])
     np.testing.assert_array_equal(counts.per_epoch[0], np.ones(rows, np.float32))
+
+
+class _StandInDeviceArray(np.ndarray):
+    """A numpy array playing a CuPy one (``backend.is_gpu_object`` goes by the module name), with
+    CuPy's ``data.ptr``; TF imports it through DLPack as host memory, which is all this test needs."""
+
+    __module__ = "cupy.tf_standin"
+
+    @property
+    def data(self):
+        import types
+
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+def test_gpu_batches_reach_tf_aligned_and_after_the_gpu_is_done(monkeypatch):
+    """A GPU batch is a view at any row of its chunk: an unaligned column is copied on the device
+    (TF aborts on unaligned tensors), an aligned one imported as it is, and the GPU is waited for
+    once, after the copies, before TF gets the batch (its streams do not wait for CuPy's)."""
+    import types
+
+    from tabloader import backend
+    from tabloader.tf import ConversionStats, batch_to_tf
+
+    calls = []
+    standin = types.SimpleNamespace(
+        array=lambda a, copy, order: aligned_copy(a),
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: calls.append("sync"))))
+
+    def aligned_copy(a):
+        calls.append("copy")
+        out = aligned_empty(a.shape, a.dtype)
+        out[...] = a
+        return out.view(_StandInDeviceArray)
+
+    monkeypatch.setattr(backend, "cupy", lambda: standin)
+    chunk = aligned_empty((2, 40), "int64")
+    chunk[:] = np.arange(80).reshape(2, 40)
+    device_chunk = chunk.view(_StandInDeviceArray)
+    features = {"a": device_chunk[0, 8:16], "b": device_chunk[1, 3:11]}  # a at byte 64: aligned; b at 344: not
+    assert backend.data_address(features["a"]) % TF_ALIGNMENT == 0 != backend.data_address(features["b"]) % TF_ALIGNMENT
+    stats = ConversionStats()
+    (out,) = batch_to_tf(features, stats=stats)
+    assert out["a"].numpy().tolist() == list(range(8, 16)) and out["b"].numpy().tolist() == list(range(43, 51))
+    assert stats.zero_copy == 1 and dict(stats.copied) == {"unaligned": 1}
+    assert calls == ["copy", "sync"]

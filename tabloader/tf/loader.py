@@ -19,7 +19,9 @@ some kernels (strided slices, ...) then abort the whole process with ``Check fai
 IsAligned()``. :func:`to_tf_tensor` therefore checks all three conditions and copies the array
 into a fresh 64-byte aligned buffer when one fails; :class:`ConversionStats` counts zero-copy
 imports and copies by reason. The TF tensor keeps the numpy array alive (the capsule holds a
-reference), so the memory cannot be freed under it.
+reference), so the memory cannot be freed under it. On a GPU the same holds for CuPy arrays
+(a batch is a view at any row of its chunk: not always aligned), and :func:`batch_to_tf` waits
+for the GPU before handing a batch over: TF's streams do not wait for CuPy's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import keras
 import tensorflow as tf
+
+from tabloader import backend
 
 __all__ = ["KerasSequenceLoader", "to_tf_dataset", "to_tf_tensor", "batch_to_tf", "ConversionStats",
            "TF_ALIGNMENT"]
@@ -61,12 +65,13 @@ class ConversionStats:
                 f"zero_copy_MB={self.zero_copy_bytes / 2**20:.1f}, copied_MB={self.copied_bytes / 2**20:.1f})")
 
 
-def _copy_reason(array: np.ndarray) -> str | None:
+def _copy_reason(array: Any) -> str | None:
+    """Why TF cannot take a numpy or CuPy array's memory as it is, or None."""
     if not array.flags.c_contiguous:
         return "non_contiguous"
-    if not array.flags.writeable:
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
         return "read_only"
-    if array.ctypes.data % TF_ALIGNMENT:
+    if backend.data_address(array) % TF_ALIGNMENT:  # a GPU batch is a view at any row of its chunk
         return "unaligned"
     return None
 
@@ -75,7 +80,9 @@ def to_tf_tensor(array: Any, stats: ConversionStats | None = None) -> tf.Tensor:
     """``array`` (numpy, CuPy, or anything with ``__dlpack__``) as a TF tensor, zero-copy when possible.
 
     A numpy array is imported without a copy when it is C-contiguous, writeable and 64-byte
-    aligned; otherwise it is first copied into an aligned buffer (``stats`` counts which).
+    aligned; otherwise it is first copied into an aligned buffer (``stats`` counts which). A
+    CuPy array likewise when contiguous and aligned, else copied on the GPU (then wait for the
+    GPU before TF uses it, as :func:`batch_to_tf` does).
 
     Example:
         >>> a = aligned_empty(4, "int64"); a[:] = [1, 2, 3, 4]
@@ -85,7 +92,14 @@ def to_tf_tensor(array: Any, stats: ConversionStats | None = None) -> tf.Tensor:
     """
     if isinstance(array, tf.Tensor):
         return array
-    if isinstance(array, np.ndarray):
+    if backend.is_gpu_object(array) and array.size and _copy_reason(array) is not None:
+        reason = _copy_reason(array)
+        array = backend.array_lib(array).array(array, copy=True, order="C")  # a new block: aligned
+        if stats is not None:
+            stats.copied[reason] += 1
+            stats.copied_bytes += array.nbytes
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    if isinstance(array, np.ndarray) and not backend.is_gpu_object(array):
         if array.size == 0 or array.dtype.kind not in "biuf":
             if stats is not None:
                 stats.copied["empty_or_unsupported"] += 1
@@ -109,8 +123,6 @@ def to_tf_tensor(array: Any, stats: ConversionStats | None = None) -> tf.Tensor:
                 stats.zero_copy += 1
             return tensor
         except Exception:
-            from tabloader import backend
-
             xp = backend.array_lib(array)
             tensor = tf.experimental.dlpack.from_dlpack(xp.array(array, copy=True, order="C").__dlpack__())
             if stats is not None:
@@ -127,6 +139,9 @@ def batch_to_tf(features: Mapping[str, Any], target: Any = None, ragged: bool = 
 
     List columns (``(values, offsets)`` pairs) become ``tf.RaggedTensor`` (``ragged=True``) or
     stay a ``(values, offsets)`` pair of tensors.
+
+    On a GPU the batch's arrays are done being written before TF gets them: TF's kernels run on
+    streams of its own that do not wait for CuPy's, and its DLPack import does not synchronize.
     """
     out: dict[str, Any] = {}
     for name, value in features.items():
@@ -136,9 +151,11 @@ def batch_to_tf(features: Mapping[str, Any], target: Any = None, ragged: bool = 
                          if ragged else (values, offsets))
         else:
             out[name] = to_tf_tensor(value, stats)
-    if target is None:
-        return (out,)
-    return out, to_tf_tensor(target, stats)
+    batch = (out,) if target is None else (out, to_tf_tensor(target, stats))
+    arrays = [a for v in [*features.values(), target] for a in (v if isinstance(v, tuple) else (v,))]
+    if any(backend.is_gpu_object(a) for a in arrays):  # after the imports' own copies, before TF runs a kernel
+        backend.synchronize("cuda")
+    return batch
 
 
 def _make_loader(data: Any, batch_size: int | None, shuffle: bool, seed: int | None, device: str,
