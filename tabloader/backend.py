@@ -372,13 +372,17 @@ def cudf_arrow_table(table: Any) -> Any:
     import pyarrow as pa
 
     for i, field in enumerate(table.schema):
+        column = table.column(i)
+        if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):  # see empty_null_lists
+            column = pa.chunked_array([empty_null_lists(chunk) for chunk in column.chunks], type=field.type)
         if pa.types.is_large_list(field.type):
             supported = pa.list_(field.type.value_field)
         elif pa.types.is_date64(field.type):
             supported = pa.timestamp("ms")
         else:
-            continue
-        table = table.set_column(i, field.with_type(supported), table.column(i).cast(supported))
+            supported = field.type
+        if column is not table.column(i) or supported != field.type:
+            table = table.set_column(i, field.with_type(supported), column.cast(supported))
     return table
 
 
@@ -1031,7 +1035,38 @@ def list_column_to_arrow(series: Any) -> Any:
         arr = pa.array(series)  # a pandas Series: NaN or None in place of a list is a null list
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    return arr
+    return empty_null_lists(arr)
+
+
+def empty_null_lists(array: Any) -> Any:
+    """A pyarrow list array whose null rows span no elements: ``array`` itself when they already
+    do (what parquet readers give), else rebuilt with empty spans for them.
+
+    Arrow lets a null list row span elements (polars leaves them after masking a list column):
+    ``flatten()`` then skips them while the offsets still count them, and the GPU's child column
+    would hold them. Without them every path sees the same elements.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> a = pa.ListArray.from_arrays([0, 2, 4, 5], [1, 2, 9, 9, 3], mask=pa.array([False, True, False]))
+        >>> b = empty_null_lists(a)
+        >>> b.to_pylist(), b.offsets.to_pylist(), b.values.to_pylist()
+        ([[1, 2], None, [3]], [0, 2, 2, 3], [1, 2, 3])
+    """
+    import pyarrow as pa
+
+    if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) or not array.null_count:
+        return array
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    lengths = np.diff(offsets)
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    if not lengths[~valid].any():
+        return array
+    kept = np.zeros(len(array) + 1, dtype=np.int64)
+    np.cumsum(np.where(valid, lengths, 0), out=kept[1:])
+    offset_type = pa.int64() if pa.types.is_large_list(array.type) else pa.int32()
+    rebuilt = type(array).from_arrays(pa.array(kept, type=offset_type), array.flatten(), mask=pa.array(~valid))
+    return rebuilt.cast(array.type)  # from_arrays names the element field "item"
 
 
 def list_column_from_arrow(array: Any, index: Any, name: Any, like: Any = None) -> Any:

@@ -80,6 +80,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         if taken.kind == "str" and missing.any():  # strings are null where the mask says so
             values = pc.if_else(pa.array(missing), pa.scalar(None, values.type), values)
         return NormalizedColumn(taken.kind, values, mask if mask.any() else None)
+    if isinstance(dtype, pd.ArrowDtype) and pa.types.is_null(dtype.pyarrow_dtype):  # arrow's all-null type
+        return NormalizedColumn("null", np.zeros(len(series)), np.ones(len(series), bool))
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
         unsigned64 = pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().startswith("uint64")
         values, mask = _masked_buffers(series)
@@ -106,6 +108,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
             arr = arr.combine_chunks()
         if not pa.types.is_string(arr.type) and not pa.types.is_large_string(arr.type):
             arr = arr.cast(pa.string())
+        if len(arr) and arr.null_count == len(arr):  # no string at all: as an all-None object column
+            return NormalizedColumn("null", np.zeros(len(arr)), np.ones(len(arr), bool))
         return NormalizedColumn("str", arr, arrow_null_mask(arr))
     raise _type_error(op, name, dtype)
 

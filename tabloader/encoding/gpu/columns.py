@@ -64,6 +64,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         nan = cp.isnan(values)  # the mask even where it holds no True: asking would wait for the device
         return NormalizedColumn("float", cp.where(nan, 0.0, values), nan)
     if pdt.is_string_dtype(dtype):  # cuDF object columns hold strings only
+        if len(series) and series.null_count == len(series):  # no string at all (an arrow null column
+            return NormalizedColumn("null", cp.zeros(len(series)), cp.ones(len(series), dtype=bool))  # is one here)
         values = series.reset_index(drop=True)
         return NormalizedColumn("str", values, values.isna().values if values.has_nulls else None)
     raise _type_error(op, name, dtype)
