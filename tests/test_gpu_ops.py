@@ -388,3 +388,16 @@ def test_an_all_null_partition_of_a_numeric_column_encodes_as_nulls(device, colu
     values = pa.nulls(3) if column == "arrow null" else pa.nulls(3, pa.string())
     frame = backend.from_arrow(pa.table({"i": values}), device)
     assert backend.to_host(wf.transform(frame))["i"].tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strings_with_nul_bytes_are_keys_of_their_own(device):
+    """``"a"`` and ``"a\\x00b"`` are two values, alone and in a combination of columns (pandas 2's
+    object strings hash up to the first NUL byte; cuDF compares every byte)."""
+    frame = pd.DataFrame({"s": pd.Series(["a", "a\x00b", "a\x00b", "b"], dtype=backend.STRING_DTYPE), "j": [1, 1, 1, 1]})
+    wf = Workflow((["s"] >> ops.Categorify()) + ([["s", "j"]] >> ops.Categorify(encode_type="combo")), progress=False)
+    data = on_device(frame, device)
+    wf.fit(tl.Dataset(data))
+    out = backend.to_host(wf.transform(data))
+    assert out["s"].tolist() == [4, 3, 3, 5]  # a\x00b twice first; then a, b by value
+    assert out["s_j"].tolist() == [4, 3, 3, 5]

@@ -220,9 +220,13 @@ def null_mask(cols: Sequence[Any], how: str = "any") -> Any:
 
 
 def as_pandas(col: NormalizedColumn) -> Any:
-    """The values of a normalized column as something ``pd.factorize``/``pd.DataFrame`` take."""
+    """The values of a normalized column as something ``pd.factorize``/``pd.DataFrame`` take.
+
+    Strings as tabloader's text dtype (arrow-backed) on every pandas version: pandas 2 would
+    give Python objects, whose hashing stops at a NUL byte (``"a"`` and ``"a\\x00b"`` would be
+    one key on the CPU and two on the GPU)."""
     if col.kind == "str":
-        return pd.Series(col.values.to_pandas(), copy=False)
+        return pd.Series(col.values.to_pandas(types_mapper=lambda arrow_type: backend.STRING_DTYPE), copy=False)
     return col.values
 
 
