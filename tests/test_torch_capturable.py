@@ -164,3 +164,43 @@ def test_a_capture_the_collection_cannot_honour_is_refused(capturable, validate,
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
             (coll(feats) * upstream).sum().backward()
     assert any(expected in message for message in _messages(info.value)), list(_messages(info.value))
+
+
+def test_casting_the_collection_keeps_its_step_and_lr_in_float64():
+    """``module.to(torch.bfloat16)`` (or ``.half()``) must not round the device step count and
+    learning rate: in bf16 the count stops at 256 and Adam's bias correction with it."""
+    coll = _collection("cpu", "adam", True)
+    coll.lr, coll.step = 0.0123, 1001
+    coll.to(torch.bfloat16)
+    assert coll._device_step.dtype == coll._device_lr.dtype == torch.float64
+    assert coll.step == 1001 and coll.lr == 0.0123 and coll._device_lr.tolist() == [0.0123]
+
+
+@pytest.mark.gpu
+def test_a_step_on_a_keyed_jagged_single_hot_batch_is_captured():
+    """DLRM's layout, a keyed jagged batch of single-hot keys, with ``validate_indices=False``:
+    finding out that every list has length 1 would read the offsets back, so under capture the
+    pooled plan is taken (right for lists of length 1); replays equal eager steps."""
+    from tabloader.torch.jagged import KeyedJaggedBatch
+
+    def jagged(feats):
+        keys = ["a", "b1", "b2"]
+        values = torch.cat([feats[k] for k in keys])
+        lengths = torch.ones(len(keys) * BATCH, dtype=torch.int64, device="cuda")
+        return KeyedJaggedBatch(keys, values, lengths, torch.arange(len(values) + 1, device="cuda"), stride=BATCH)
+
+    upstream = _upstream("cuda")
+    graphed, eager = _collection("cuda", "adam", True), _collection("cuda", "adam", False)
+    static = {name: torch.zeros(BATCH, dtype=torch.int64, device="cuda") for name in ("a", "b1", "b2")}
+    static_batch = jagged(static)
+    graph = _capture_step(graphed, static_batch, upstream)
+    _train_eagerly(eager, [static, static], [eager.lr, eager.lr], upstream)
+    batches = [_batch(s, "cuda") for s in range(3)]
+    for feats in batches:
+        static_batch.values.copy_(jagged(feats).values)
+        graph.replay()
+    _train_eagerly(eager, batches, [eager.lr] * 3, upstream)
+    torch.cuda.synchronize()
+    got, want = _trained_state(graphed), _trained_state(eager)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-7, msg=name)

@@ -265,3 +265,35 @@ def test_sparse_weights_of_other_lengths_are_refused(tmp_path):
     loader = tlt.Loader(tl.Dataset(str(tmp_path), schema=schema), 2, output="jagged", sparse_weights={"genres": "w"})
     with pytest.raises(ValueError, match="'genres' and 'w' must have lists of the same length"):
         list(loader)
+
+
+def _weighted_batch(keys, stride=2):
+    """Keys ``keys`` (each a list feature of 2 rows) with per-value weights: ``a`` rows [1, 2], [3];
+    ``b`` rows [4], []; ``extra`` rows [0], [0] -- and weights that sum to less than 1 in a bag."""
+    lists = {"a": [[1, 2], [3]], "b": [[4], []], "extra": [[0], [0]]}
+    weights = {"a": [[0.2, 0.3], [0.5]], "b": [[2.0], []], "extra": [[1.0], [1.0]]}
+    values = [v for k in keys for row in lists[k] for v in row]
+    w = [x for k in keys for row in weights[k] for x in row]
+    lengths = [len(row) for k in keys for row in lists[k]]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return KeyedJaggedBatch(list(keys), torch.tensor(values), torch.tensor(lengths), torch.tensor(offsets),
+                            torch.tensor(w), stride=stride)
+
+
+@pytest.mark.parametrize("keys", [["a", "b"], ["b", "extra", "a"]])
+def test_weights_count_whatever_other_keys_the_batch_holds(keys):
+    """A batch holding other collections' keys too (or in another order) is taken key by key,
+    its weights with it; mean pooling divides by the bag's weight even below 1 (0.2 + 0.3)."""
+    from tabloader.torch.jagged import select_keys
+
+    configs = [EmbeddingConfig("a", 6, 4, pooling="mean"), EmbeddingConfig("b", 6, 4)]
+    torch.manual_seed(0)
+    coll = tlt.FusedEmbeddingCollection(configs, optimizer="sgd", backend="reference")
+    wa, wb = coll.table_weight("a"), coll.table_weight("b")
+    expected = torch.stack([torch.cat([(0.2 * wa[1] + 0.3 * wa[2]) / 0.5, 2.0 * wb[4]]),
+                            torch.cat([0.5 * wa[3] / 0.5, torch.zeros(4)])])
+    torch.testing.assert_close(coll(_weighted_batch(keys)), expected)
+    chosen = select_keys(_weighted_batch(keys), ["a", "b"])
+    assert chosen.keys == ["a", "b"] and chosen.values.tolist() == [1, 2, 3, 4]
+    assert chosen.offsets.tolist() == [0, 2, 3, 4, 4]
+    torch.testing.assert_close(chosen.weights, torch.tensor([0.2, 0.3, 0.5, 2.0]))

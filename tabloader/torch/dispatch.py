@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 import warnings
@@ -107,11 +109,19 @@ def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dt
     # bf16 conversion in the interpreter truncates instead of rounding: write fp32 there
     kdtype = torch.float32 if (dtype == torch.bfloat16 and is_host(weight.device)) else dtype
     out = torch.empty((n_out, weight.shape[1]), dtype=kdtype, device=weight.device)
-    if plan.single_hot:
-        kernels.gather(weight, plan.rows, out)
-    else:
-        kernels.pooled_gather(weight, plan.rows, plan.scale, plan.offsets, out, plan.batch, plan.num_features)
+    with _on_device_of(weight):
+        if plan.single_hot:
+            kernels.gather(weight, plan.rows, out)
+        else:
+            kernels.pooled_gather(weight, plan.rows, plan.scale, plan.offsets, out, plan.batch, plan.num_features)
     return out.to(dtype)
+
+
+def _on_device_of(tensor: torch.Tensor) -> Any:
+    """The context that makes ``tensor``'s GPU the current one: Triton launches a kernel on the
+    current device and its current stream, whatever device the tensors are on (a collection on
+    ``cuda:1`` used while ``cuda:0`` is current would fault or race)."""
+    return torch.cuda.device(tensor.device) if tensor.device.type == "cuda" else contextlib.nullcontext()
 
 
 def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
@@ -132,6 +142,15 @@ def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, stat
             lr, step = float(device_lr), int(device_step)
         reference_update(weight, plan, grad, optimizer, lr, state1, state2, padding_rows, eps, betas, step)
         return
+    with _on_device_of(weight):
+        _kernel_update(kernels, weight, state1, state2, plan, grad, padding_rows, optimizer, lr, eps, betas, step,
+                       chunk_size, programs, device_lr, device_step)
+
+
+def _kernel_update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
+                   plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor, optimizer: str, lr: float,
+                   eps: float, betas: tuple[float, float], step: int, chunk_size: int, programs: int | None,
+                   device_lr: torch.Tensor | None, device_step: torch.Tensor | None) -> None:
     seg = segments(plan.rows, padding_rows, chunk_size, weight.shape[0])
     hyper = None if device_step is None else device_hyper(optimizer, device_lr, device_step, betas)
     step_size = adam_step_size(lr, betas, step) if optimizer == "adam" and hyper is None else 0.0

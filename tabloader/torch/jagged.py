@@ -162,6 +162,32 @@ def jagged_feature(batch: Any, key: str) -> tuple[torch.Tensor, torch.Tensor]:
     return jagged.values(), jagged.offsets()
 
 
+def select_keys(batch: Any, keys: Sequence[str]) -> KeyedJaggedBatch:
+    """The keys ``keys`` of a :class:`KeyedJaggedBatch` or ``KeyedJaggedTensor``, in that order,
+    with their weights, as a :class:`KeyedJaggedBatch` (one read of the keys' bounds).
+
+    Example:
+        >>> b = KeyedJaggedBatch(["a", "b"], torch.tensor([5, 6, 7]), torch.tensor([2, 1]), torch.tensor([0, 2, 3]),
+        ...                      torch.tensor([0.5, 0.25, 2.0]), stride=1)
+        >>> s = select_keys(b, ["b"])
+        >>> s.keys, s.values.tolist(), s.offsets.tolist(), s.weights.tolist()
+        (['b'], [7], [0, 1], [2.0])
+    """
+    all_keys, values, offsets, weights, stride = jagged_parts(batch)
+    missing = [k for k in keys if k not in all_keys]
+    if missing:
+        raise KeyError(f"no key {missing[0]!r} in the batch; keys: {all_keys}")
+    positions = [all_keys.index(k) for k in keys]
+    bounds = offsets[[p * stride for p in positions] + [(p + 1) * stride for p in positions]].tolist()
+    spans = list(zip(bounds[:len(keys)], bounds[len(keys):]))
+    lengths = torch.cat([offsets[p * stride + 1:(p + 1) * stride + 1] - offsets[p * stride:(p + 1) * stride]
+                         for p in positions]) if keys else offsets[:0]
+    new_offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=offsets.device)
+    torch.cumsum(lengths, 0, out=new_offsets[1:])
+    take = lambda t: None if t is None else torch.cat([t[a:b] for a, b in spans]) if spans else t[:0]  # noqa: E731
+    return KeyedJaggedBatch(list(keys), take(values), lengths.to(torch.int64), new_offsets, take(weights), stride)
+
+
 def is_keyed_jagged(batch: Any) -> bool:
     """True for a :class:`KeyedJaggedBatch` or a ``torchrec.KeyedJaggedTensor``."""
     if isinstance(batch, KeyedJaggedBatch):

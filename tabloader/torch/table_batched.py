@@ -39,7 +39,7 @@ from torch import nn
 from tabloader.torch import dispatch
 from tabloader.torch.config import EmbeddingConfig, check_configs
 from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
-from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts
+from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts, select_keys
 from tabloader.torch.reference import OPTIMIZERS, LookupPlan
 
 __all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output"]
@@ -78,6 +78,18 @@ class TableBatchedCollection(nn.Module):
                                  persistent=False)
             self.register_buffer("_device_step", torch.tensor([float(self._step)], dtype=torch.float64,
                                                               device=device), persistent=False)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "TableBatchedCollection":
+        """``module.to(...)``, ``.half()`` ... move the capturable step and learning rate with the
+        module but keep them float64: in bf16 the step count would stop at 256 (Adam's bias
+        correction frozen there) and the learning rate be rounded."""
+        kept = {name: self._buffers[name] for name in ("_device_lr", "_device_step") if name in self._buffers}
+        super()._apply(fn, recurse)
+        for name, before in kept.items():
+            moved = self._buffers[name]
+            if moved.dtype != torch.float64:
+                self._buffers[name] = before.to(device=moved.device)
+        return self
 
     def _set_options(self, optimizer: str, lr: float, eps: float, betas: tuple[float, float], output: str,
                      dtype: torch.dtype | None, validate_indices: bool, backend: str, chunk_size: int) -> None:
@@ -256,7 +268,7 @@ class TableBatchedCollection(nn.Module):
                 torch.ones(ids.numel(), dtype=torch.float32, device=device)
             if cfg.pooling == "mean":
                 count = torch.zeros(batch, dtype=torch.float32, device=device).index_add_(0, owner, keep)
-                keep = keep / count.clamp(min=1.0).index_select(0, owner)
+                keep = keep / _bag_divisor(count).index_select(0, owner)
             rows.append(ids.to(torch.int64) + off)
             bags.append(owner * n_feat + f)
             scales.append(keep)
@@ -270,6 +282,13 @@ class TableBatchedCollection(nn.Module):
         """The plan of a keyed jagged batch: its key-major values are the plan's feature-major
         entries and its offsets the plan's CSR, so no tensor is restacked per feature."""
         keys, values, offsets, weights, batch_size = jagged_parts(batch)
+        if keys != self.features and _capturing(self._parameter.device):
+            raise RuntimeError(f"{type(self).__name__}: a keyed jagged batch with keys {keys} (not this collection's "
+                               f"features {self.features} in order) is split key by key, reading its bounds back, "
+                               "which a CUDA graph cannot capture; capture steps whose batch holds exactly these "
+                               "keys (tabloader.torch.jagged.select_keys before the graph)")
+        if keys != self.features and weights is not None:  # the dict path has no weights: keep them
+            return self._jagged_plan(select_keys(batch, self.features))
         if keys != self.features:
             return self.plan({f: jagged_feature(batch, f) for f in self.features if f in keys})
         device, n_feat = self._parameter.device, len(keys)
@@ -281,7 +300,9 @@ class TableBatchedCollection(nn.Module):
             raise ValueError(f"keyed jagged batch: {offsets.numel()} offsets for {n_feat} keys x stride {batch_size}; "
                              f"expected {n_feat * batch_size + 1}")
         offsets, n = offsets.to(torch.int64), values.numel()
-        if weights is None and n == n_feat * batch_size:  # perhaps single-hot columns only
+        # perhaps single-hot columns only: finding out reads the offsets back, which a graph being
+        # captured cannot (the pooled plan below is right for lists of length 1 too)
+        if weights is None and n == n_feat * batch_size and not (_capturing(device) and not self.validate_indices):
             plan = self._jagged_single_hot_plan(values, offsets, batch_size)
             if plan is not None:
                 return plan
@@ -296,7 +317,7 @@ class TableBatchedCollection(nn.Module):
         scale = keep
         if self._any_mean:
             count = torch.zeros(n_feat * batch_size, dtype=torch.float32, device=device).index_add_(0, bag, keep)
-            scale = keep / count.clamp(min=1.0).index_select(0, bag)
+            scale = keep / _bag_divisor(count).index_select(0, bag)
             if not self._all_mean:
                 scale = torch.where(self._feature_mean[feature], scale, keep)
         rows = values.to(torch.int64) + self._feature_offsets[feature]
@@ -401,6 +422,13 @@ class TableBatchedCollection(nn.Module):
 def _capturing(device: torch.device) -> bool:
     """True while the current CUDA stream of ``device`` is capturing a graph."""
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _bag_divisor(count: torch.Tensor) -> torch.Tensor:
+    """What mean pooling divides a bag's sum by: its weight (its number of non-padding values,
+    or the sum of its values' weights), 1 for a bag of none (its sum is 0 anyway). Not
+    ``clamp(min=1)``: weights may sum to less than 1."""
+    return count.masked_fill(count == 0, 1.0)
 
 
 def _key_of_values(offsets: torch.Tensor, n_keys: int, batch_size: int, n: int) -> torch.Tensor:
