@@ -575,7 +575,9 @@ def read_parquet(path: str, columns: Sequence[str] | None = None, row_groups: Se
         per_file = None if row_groups is None else [list(row_groups)]
         if not hosted:
             return _cudf_read_parquet([path], columns, per_file, filesystem)
-        frame = cudf().DataFrame.from_arrow(read_parquet_arrow(path, hosted, row_groups, filesystem))
+        table = read_parquet_arrow(path, hosted, row_groups, filesystem)
+        # without pandas' metadata: cuDF's from_arrow would make the index it names (rows 0..n are wanted)
+        frame = cudf().DataFrame.from_arrow(table.replace_schema_metadata(None))
         rest = [c for c in columns if c not in host_columns]
         if rest:
             on_device = _cudf_read_parquet([path], rest, per_file, filesystem)
@@ -621,8 +623,12 @@ def _cudf_read_parquet(paths: list[str], columns: Sequence[str] | None, row_grou
     # than pyarrow infers (polars' partitioned writes); a dataset adds its keys itself.
     frame = cudf().read_parquet(paths, columns=columns, filesystem=filesystem, use_pandas_metadata=False,
                                 dataset_kwargs={"partitioning": None}, **kwargs)
-    # cuDF numbers the rows by a RangeIndex that pandas' metadata records, even without
-    # use_pandas_metadata (and from the first row group read): the rows of a partition are 0..n.
+    # cuDF applies the index that pandas' metadata records even without use_pandas_metadata: a
+    # RangeIndex (from the first row group read), or the columns it names (a frame written after
+    # set_index or a groupby), moved out of the columns asked for. The rows of a partition are
+    # 0..n, and every column asked for is a column, as pyarrow reads them.
+    if columns is not None and any(name in columns for name in frame.index.names):
+        return frame.reset_index()[list(columns)]
     return frame.reset_index(drop=True)
 
 

@@ -316,3 +316,18 @@ def test_arrow_schema_of_a_cudf_frame_with_an_index_names_only_its_columns():
     assert want == ["a", "s"]
     assert backend.frame_arrow_schema(cudf.from_pandas(frame)).names == want
     assert backend.frame_arrow_schema(dask_cudf.from_cudf(cudf.from_pandas(frame), npartitions=2)).names == want
+
+
+@pytest.mark.cudf
+def test_a_key_column_pandas_wrote_as_the_index_is_a_column_on_the_gpu_too(tmp_path):
+    """Files pandas wrote after ``set_index`` (or a groupby) record their key column as the
+    index: cuDF moves such a column into the index even without ``use_pandas_metadata``; the
+    dataset gives it as a column on both devices, with the same rows."""
+    for i, users in enumerate(([7, 2, 9], [4, 8, 5])):  # not ranges: pandas writes those as metadata only
+        pd.DataFrame({"user": users, "x": np.arange(len(users), dtype="float32")}).set_index("user").to_parquet(
+            tmp_path / f"part_{i}.parquet")
+    on_cpu, on_gpu = tl.Dataset(str(tmp_path)), tl.Dataset(str(tmp_path), device="cuda")
+    assert on_gpu.schema.column_names == on_cpu.schema.column_names == ["x", "user"]  # pandas writes the index last
+    for i in range(on_cpu.npartitions):
+        cpu, gpu = on_cpu.read_partition(i), on_gpu.read_partition(i).to_pandas()
+        assert list(gpu.columns) == ["x", "user"] and gpu["user"].tolist() == cpu["user"].tolist() == [7, 2, 9, 4, 8, 5]

@@ -459,3 +459,15 @@ def test_target_encoding_target_and_join_groupby_cont_cols_as_nodes(tmp_path):
     wf.save(str(tmp_path / "wf"))
     loaded = tl.Workflow.load(str(tmp_path / "wf"), trusted=[is_positive])
     pd.testing.assert_frame_equal(loaded.transform(raw), out.reset_index(drop=True), check_dtype=False)
+
+
+def test_join_external_takes_a_side_table_pandas_wrote_with_its_key_as_index(tmp_path):
+    """A side table written after ``set_index`` (or a groupby): pandas' metadata would make an
+    index of the key column; it is a column like the others."""
+    side = pd.DataFrame({"item": [3, 1, 8], "price": [2.5, 9.0, 1.0]}).set_index("item")  # not a range: a column
+    side.to_parquet(tmp_path / "side.parquet")
+    data = pd.DataFrame({"item": [1, 3, 1, 7], "qty": [1, 2, 3, 4]})
+    wf = tl.Workflow(["item", "qty"] >> ops.JoinExternal(str(tmp_path / "side.parquet"), on="item"), progress=False)
+    out = wf.fit_transform(tl.Dataset(data)).compute()
+    assert out.columns.tolist() == ["item", "qty", "price"]
+    assert plain(out["price"]) == [9.0, 2.5, 9.0, None]

@@ -74,7 +74,10 @@ class JoinExternal(CachedLookups, Operator):
         if backend.is_frame(df_ext) and backend.is_gpu_object(df_ext):
             return self._checked(df_ext, where)  # stays on the GPU: cuDF's columns are nullable already
         if isinstance(df_ext, str):
-            arrow = pq.read_table(df_ext)
+            # its columns as they are: pandas' metadata would make an index of the key column of a
+            # frame written after set_index or a groupby (pandas' unnamed index columns are no data)
+            arrow = pq.read_table(df_ext).replace_schema_metadata(None)
+            arrow = arrow.drop_columns([n for n in arrow.column_names if n.startswith("__index_level_")])
         elif backend.is_frame(df_ext):
             arrow = pa.Table.from_pandas(df_ext, preserve_index=False)
         else:
