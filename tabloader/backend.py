@@ -810,10 +810,10 @@ def datetime_microseconds(series: Any) -> Any:
         >>> datetime_microseconds(pd.Series(pd.to_datetime(["1970-01-01 00:00:01.5", None]))).tolist()
         [1500000.0, nan]
     """
+    if getattr(series.dtype, "tz", None) is not None:
+        series = series.dt.tz_convert(None)  # UTC (cuDF refuses to cast a time-zoned column)
     if is_gpu_object(series):
         return series.astype("datetime64[us]").astype("int64").astype("float64").to_cupy(na_value=np.nan)
-    if getattr(series.dtype, "tz", None) is not None:
-        series = series.dt.tz_convert(None)  # UTC
     times = series.to_numpy(dtype="datetime64[us]")
     out = times.astype(np.int64).astype(np.float64)
     out[np.isnat(times)] = np.nan

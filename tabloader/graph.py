@@ -374,10 +374,16 @@ class ConcatNode(Node):
     def evaluate(self, columns: NodeColumns, frame: Any, parents: list[Any]) -> Any:
         device = backend.frame_device(frame)  # a branch ending in a host-only operator comes back
         parents = [backend.to_frame_device(p, device) for p in parents]
-        out = backend.concat(parents, axis=1, join="inner")  # an inner join on the index
-        if not out.columns.has_duplicates:
-            return out
-        return out.loc[:, ~out.columns.duplicated(keep="first")]  # a repeated column holds the same data
+        # A column repeated in a later branch holds the same data (resolve_step checks it): left
+        # out before the concatenation, which cuDF refuses with repeated names.
+        seen: set = set()
+        kept = []
+        for parent in parents:
+            fresh = [c for c in parent.columns if c not in seen]
+            seen.update(fresh)
+            if fresh:  # a branch whose every column came before carries the same rows too
+                kept.append(parent if len(fresh) == len(parent.columns) else parent[fresh])
+        return backend.concat(kept, axis=1, join="inner")  # an inner join on the index
 
     def describe(self) -> str:
         return " + ".join(p.describe_term() for p in self.parents)

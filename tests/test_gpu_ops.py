@@ -401,3 +401,31 @@ def test_strings_with_nul_bytes_are_keys_of_their_own(device):
     out = backend.to_host(wf.transform(data))
     assert out["s"].tolist() == [4, 3, 3, 5]  # a\x00b twice first; then a, b by value
     assert out["s_j"].tolist() == [4, 3, 3, 5]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_datetime_features_of_time_zoned_timestamps_are_the_local_calendar(device):
+    """Spark's TIMESTAMP and DuckDB's TIMESTAMPTZ read as zoned (UTC or a named zone): calendar
+    parts of the local wall time, epoch seconds of the instant, on both devices."""
+    instants = pd.to_datetime(["2024-01-01 00:30", "2024-12-31 23:30", None]).tz_localize("Europe/Berlin")
+    frame = on_device(pd.DataFrame({"t": instants}), device)
+    features = ["year", "day_of_year", "hour", "day_of_week", "epoch_seconds"]
+    out = backend.to_host(Workflow(["t"] >> ops.DatetimeFeatures(features), progress=False).fit_transform(
+        tl.Dataset(frame)).compute())
+    valid = instants[:2]
+    assert out["t_year"].tolist()[:2] == [2024, 2024] and out["t_day_of_year"].tolist()[:2] == [1, 366]
+    assert out["t_hour"].tolist()[:2] == [0, 23] and out["t_day_of_week"].tolist()[:2] == [0, 1]
+    assert out["t_epoch_seconds"].tolist()[:2] == [t.timestamp() for t in valid]
+    assert pd.isna(out["t_year"].tolist()[2]) and math.isnan(out["t_epoch_seconds"].tolist()[2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_column_selected_twice_is_kept_once(device):
+    """The same input column in two branches is the same data: kept once (cuDF refuses to
+    concatenate frames with repeated names)."""
+    frame = pd.DataFrame({"a": [1, 2, 3], "b": [4, 5, 6], "c": [0.5, 1.5, 2.5]})
+    graph = ["a", "b"] + ["b", "a"] + (["c"] >> ops.LogOp()) + ["b"]
+    out = backend.to_host(Workflow(graph, progress=False).fit_transform(tl.Dataset(on_device(frame, device))).compute())
+    assert list(out.columns) == ["a", "b", "c"]
+    assert out["a"].tolist() == [1, 2, 3] and out["b"].tolist() == [4, 5, 6]
+    np.testing.assert_allclose(out["c"].to_numpy(), np.log1p(frame["c"].to_numpy()))

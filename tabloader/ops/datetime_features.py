@@ -86,5 +86,9 @@ class DatetimeFeatures(Operator):
             return backend.datetime_microseconds(times) / 1e6
         if feature == "weekend":  # from the nullable day of week, so that a null time stays null
             return (self._feature(times, "day_of_week") >= 5).astype(backend.integer_dtype(times, "int16"))
+        # Calendar parts of the local wall time: pandas reads them so from a time-zoned column,
+        # cuDF from its UTC instants for some (day_of_year); without the zone both read the wall time.
+        if getattr(times.dtype, "tz", None) is not None:
+            times = times.dt.tz_localize(None)
         # pandas gives int32, or float64 with NaN for NaT; cuDF int16: one dtype in every partition
         return getattr(times.dt, CALENDAR[feature]).astype(backend.integer_dtype(times, "int16"))
