@@ -331,3 +331,39 @@ def test_a_key_column_pandas_wrote_as_the_index_is_a_column_on_the_gpu_too(tmp_p
     for i in range(on_cpu.npartitions):
         cpu, gpu = on_cpu.read_partition(i), on_gpu.read_partition(i).to_pandas()
         assert list(gpu.columns) == ["x", "user"] and gpu["user"].tolist() == cpu["user"].tolist() == [7, 2, 9, 4, 8, 5]
+
+
+@pytest.mark.cudf
+def test_dates_and_zoned_timestamps_written_from_the_gpu_keep_their_types(tmp_path):
+    """cuDF holds dates as timestamps and its writer would write them so, and zoned timestamps
+    without their zone (or as naive beside a naive one): such a dataset is written from the
+    host, and pyarrow reads the types and rows the CPU writes."""
+    table = pa.table({"day": pa.array([0, 19000, None], pa.date32()),
+                      "at": pa.array([0, 10**15, 2 * 10**15], pa.timestamp("us", tz="Europe/Berlin")),
+                      "naive": pa.array([1, 2, 3], pa.timestamp("ms")), "x": [1.0, 2.0, 3.0]})
+    pq.write_table(table, tmp_path / "in.parquet")
+    outputs = {}
+    for device in ("cpu", "cuda"):
+        outputs[device] = str(tmp_path / device)
+        tl.Dataset(str(tmp_path / "in.parquet"), device=device).to_parquet(outputs[device], progress=False)
+    gpu, cpu = pq.read_table(outputs["cuda"]), pq.read_table(outputs["cpu"])
+    assert gpu.schema.field("day").type == pa.date32() and gpu.schema.field("at").type.tz == "Europe/Berlin"
+    assert_same_rows(gpu, cpu)
+
+
+def test_the_host_schema_of_a_gpu_meta_keeps_dates_as_dates():
+    """What cuDF's meta holds for a date column (``datetime64[s]``) is written as the date the
+    dataset's schema records, with the host writer's types for the rest."""
+    import pandas as pd
+
+    from tabloader.dataset.writing import _host_arrow_schema, _written_from_the_host
+    from tabloader.schema import ColumnSchema, Schema
+
+    schema = Schema([ColumnSchema("day", "date32[day]"), ColumnSchema("at", "datetime64[us, UTC]"),
+                     ColumnSchema("x", "float64")])
+    meta = pd.DataFrame({"day": pd.Series([], dtype="datetime64[s]"),
+                         "at": pd.Series([], dtype=pd.DatetimeTZDtype("us", "UTC")), "x": pd.Series([], dtype="float64")})
+    arrow_schema = _host_arrow_schema(meta, schema)
+    assert [str(f.type) for f in arrow_schema] == ["date32[day]", "timestamp[us, tz=UTC]", "double"]
+    assert _written_from_the_host(meta, schema) == ["day", "at"]
+    assert _written_from_the_host(meta[["x"]], schema) == []

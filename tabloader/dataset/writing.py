@@ -5,7 +5,9 @@ The directory is assembled under a temporary name and renamed when every file is
 streaming its group of partitions, one partition in memory at a time (a GPU file with naive
 timestamps is written whole: see :class:`_DeviceFileWriter`). Host partitions (pandas) are
 written by pyarrow's writer, GPU partitions (cuDF) by cuDF's writer, from the device: a
-partition never travels to the host to be written.
+partition never travels to the host to be written -- except those of a dataset with dates or
+time-zoned timestamps, which cuDF's writer would give other types than the CPU's (dates as
+timestamps, zones lost): they are copied to the host and written by pyarrow.
 
 Example:
     >>> import os, tempfile, pandas as pd, pyarrow.parquet as pq, tabloader as tl
@@ -50,8 +52,11 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
     meta = dataset.meta()
     if partition_on is not None:
         writer: Any = _partitioned_writer(dataset, meta, partition_on, path, row_group_size, compression, shuffle, seed)
-    elif backend.is_gpu_object(meta):
+    elif backend.is_gpu_object(meta) and not _written_from_the_host(meta, dataset.schema):
         writer = _DeviceFileWriter(dataset, meta.dtypes, row_group_size, cudf_compression(compression), shuffle, seed)
+    elif backend.is_gpu_object(meta):
+        writer = _FileWriter(dataset, _host_arrow_schema(meta, dataset.schema), row_group_size, compression,
+                             shuffle, seed)
     else:
         writer = _FileWriter(dataset, output_arrow_schema(meta, dataset.schema), row_group_size, compression,
                              shuffle, seed)
@@ -87,6 +92,29 @@ class _FileWriter:
                 w.write_table(_cast_to(arrow_table(frame), self.arrow_schema, path), row_group_size=self.row_group_size)
                 rows += len(frame)
         return rows
+
+
+def _written_from_the_host(meta: Any, schema: Schema) -> list[str]:
+    """The columns of a cuDF ``meta`` that cuDF's writer would not write as the CPU does, so that
+    its partitions are written from the host: dates (cuDF holds them as ``datetime64[s]`` and
+    writes timestamps) and time-zoned timestamps (written as naive beside a naive one, without
+    their zone name otherwise)."""
+    return [name for name, dtype in meta.dtypes.items()
+            if getattr(dtype, "tz", None) is not None
+            or (name in schema and str(schema[name].dtype or "").startswith("date"))]
+
+
+def _host_arrow_schema(meta: Any, schema: Schema) -> Any:
+    """The CPU writer's arrow schema for the rows of a cuDF ``meta``: its host meta's, with the
+    dates the dataset's schema records as dates."""
+    import pyarrow as pa
+
+    arrow_schema = output_arrow_schema(backend.to_host(meta), schema)
+    dates = {"date32": pa.date32(), "date64": pa.date64()}
+    fields = [f.with_type(dates[str(schema[f.name].dtype).split("[")[0]])
+              if f.name in schema and str(schema[f.name].dtype or "").split("[")[0] in dates else f
+              for f in arrow_schema]
+    return pa.schema(fields, metadata=arrow_schema.metadata)
 
 
 def _partitioned_writer(dataset: "Dataset", meta: Any, partition_on: Sequence[str], path: str,
