@@ -681,3 +681,25 @@ def test_transform_of_a_dataframe_missing_a_column_names_it():
     wf = Workflow(["x", "y"] >> T.AddOne(), progress=False).fit(frame)
     with pytest.raises(KeyError, match=r"\['y'\].*available: \['x'\]"):
         wf.transform(frame[["x"]])
+
+
+def test_a_persisted_or_shuffled_dask_frame_is_fit_and_transformed_under_a_client():
+    """A Dask DataFrame persisted on a cluster (its partitions are futures there) or shuffled:
+    the workflow's tasks take the collection's own partitions, rather than computing each one
+    apart on a worker (which cannot see persisted data, and recomputes a shuffle per partition).
+    Same vocabulary and output as the same rows fit locally."""
+    distributed = pytest.importorskip("distributed")
+    dd = pytest.importorskip("dask.dataframe")
+    from tabloader import ops
+
+    df = pd.DataFrame({"c": np.random.default_rng(0).integers(0, 50, 4000), "x": np.arange(4000.0)})
+    graph = (["c"] >> ops.Categorify()) + (["x"] >> ops.Normalize())
+    expected = Workflow(graph, progress=False).fit_transform(df)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+                                  worker_dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        persisted = client.persist(dd.from_pandas(df, npartitions=8))
+        distributed.wait(persisted)
+        for ddf in (persisted, dd.from_pandas(df, npartitions=8).shuffle("c")):
+            wf = Workflow((["c"] >> ops.Categorify()) + (["x"] >> ops.Normalize()), progress=False).fit(Dataset(ddf))
+            got = wf.transform(ddf).compute().sort_values("x")  # a shuffle reorders the rows; x orders them
+            pd.testing.assert_frame_equal(got.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)

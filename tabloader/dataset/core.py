@@ -203,11 +203,8 @@ class Dataset:
 
     def read_partition(self, index: int, columns: Sequence[str] | None = None) -> Any:
         """Partition ``index`` as a DataFrame (pandas, or cuDF on the GPU), transforms applied."""
-        read_columns = self._transforms[0].input_columns if self._transforms else columns
-        frame = self._source.read_frame(index, read_columns)
-        for transform in self._transforms:
-            frame = transform.function(frame)
-        return frame[list(columns)] if columns is not None and self._transforms else frame
+        return _transformed(self._source.read_frame(index, _read_columns(self._transforms, columns)),
+                            self._transforms, columns)
 
     def read_partition_arrow(self, index: int, columns: Sequence[str] | None = None, memory_pool: Any = None) -> Any:
         """Partition ``index`` as a pyarrow Table, transforms applied.
@@ -276,6 +273,11 @@ class Dataset:
         """One Dask delayed object per partition."""
         from tabloader.scheduler import shared_calls
 
+        frames = self._source.delayed_frames(_read_columns(self._transforms, columns))
+        if frames is not None:  # a Dask collection: its own partitions, then the transforms
+            if not self._transforms:
+                return frames
+            return shared_calls(_Transforms(self._transforms, columns), [(f,) for f in frames], "transform")
         return shared_calls(_PartitionReader(self, columns), [(i,) for i in range(self.npartitions)], "read")
 
     def _map_partitions_compute(self, function: Callable[[Any], Any], desc: str, progress: bool = False) -> list:
@@ -348,6 +350,29 @@ class Dataset:
 
         return write_parquet(self, path, output_files, shuffle, row_group_size, overwrite, seed, progress, compression,
                              partition_on)
+
+
+def _read_columns(transforms: Sequence[Any], columns: Sequence[str] | None) -> Sequence[str] | None:
+    """The columns to read from the source for ``columns`` of the transformed rows."""
+    return transforms[0].input_columns if transforms else columns
+
+
+def _transformed(frame: Any, transforms: Sequence[Any], columns: Sequence[str] | None) -> Any:
+    """A partition as read, with the dataset's transforms applied (and ``columns`` kept)."""
+    for transform in transforms:
+        frame = transform.function(frame)
+    return frame[list(columns)] if columns is not None and transforms else frame
+
+
+class _Transforms:
+    """A picklable callable applying a dataset's transforms to a partition read by Dask (it holds
+    the transforms, not the source: a Dask collection's graph is not copied into it)."""
+
+    def __init__(self, transforms: Sequence[Any], columns: Sequence[str] | None) -> None:
+        self.transforms, self.columns = list(transforms), columns
+
+    def __call__(self, frame: Any) -> Any:
+        return _transformed(frame, self.transforms, self.columns)
 
 
 class _PartitionReader:

@@ -96,10 +96,20 @@ class DaskSource(Source):
         return backend.to_frame_device(self.ddf._meta, self.device)
 
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        from tabloader.scheduler import active_client
+
         part = self.ddf.get_partition(index)
         part = part[list(columns)] if columns is not None else part
-        frame = part.compute(scheduler="sync")
+        # On this thread, unless a distributed client holds the collection's data (persisted
+        # partitions are futures there, which the synchronous scheduler cannot resolve).
+        frame = part.compute(scheduler=None if active_client() is not None else "sync")
         return backend.to_frame_device(frame, self.device)
+
+    def delayed_frames(self, columns: Sequence[str] | None = None) -> list[Any]:
+        import dask
+
+        ddf = self.ddf[list(columns)] if columns is not None else self.ddf
+        return [dask.delayed(backend.to_frame_device)(part, self.device) for part in ddf.to_delayed()]
 
     def describe(self, index: int | None = None) -> str:
         return "the Dask DataFrame" if index is None else f"partition {index} of the Dask DataFrame"

@@ -97,6 +97,12 @@ class Source(abc.ABC):
         """The Dask DataFrame this source is, if it is one (else None)."""
         return None
 
+    def delayed_frames(self, columns: Sequence[str] | None = None) -> list[Any] | None:
+        """The partitions as Dask delayed frames on the device, for sources that are a Dask
+        collection: its own tasks (persisted data, a shuffle's output), not a reader that would
+        compute each partition apart. None for the others, read by :meth:`read_frame`."""
+        return None
+
     def saved_schema(self) -> "Schema | None":
         """A schema saved beside the data (``_schema.json`` beside files), if there is one."""
         return None if self.files is None else self.files.saved_schema()
