@@ -213,8 +213,11 @@ def array_lib(device_or_array: Any) -> Any:
 
 
 def is_gpu_object(obj: Any) -> bool:
-    """True for cuDF frames/series and CuPy arrays (checked by module name: no import needed)."""
-    module = type(obj).__module__.split(".")[0]
+    """True for cuDF frames/series and CuPy arrays (checked by module name: no import needed).
+
+    ``obj.__class__``, not ``type(obj)``: dask-cuda's spilling proxies (``jit_unspill``) hand the
+    proxied object's class there, and their cuDF partitions must stay GPU work."""
+    module = obj.__class__.__module__.split(".")[0]
     return module in ("cudf", "cupy", "dask_cudf")
 
 
