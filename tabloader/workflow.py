@@ -113,16 +113,14 @@ class Workflow:
         return [phases[k] for k in sorted(phases)]
 
     def _fit_phase(self, plan: Plan, dataset: Dataset, nodes: list[OpNode], desc: str, progress: bool) -> None:
-        import dask
-
         from tabloader.scheduler import compute_tasks, shared_calls
 
         parts = shared_calls(_PartialStats(plan, nodes), [(p,) for p in dataset.to_delayed(plan.input_columns)],
                              "partial-stats")
         merge = _MergeStats(nodes)
-        while len(parts) > 1:
-            parts = [dask.delayed(merge, pure=False)(parts[i:i + _MERGE_FAN_IN])
-                     for i in range(0, len(parts), _MERGE_FAN_IN)]
+        while len(parts) > 1:  # one shared key per level: the nodes (and state fitted upstream) sent once, not per task
+            parts = shared_calls(merge, [(parts[i:i + _MERGE_FAN_IN],) for i in range(0, len(parts), _MERGE_FAN_IN)],
+                                 "merge-stats")
         merged = compute_tasks(parts, desc, progress=progress, device=dataset.device)[0]
         for node, stats in zip(nodes, merged):
             node.op.finalize(plan.columns(node).input, stats)
