@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from collections import defaultdict
@@ -25,7 +26,8 @@ from dask.callbacks import Callback
 from tqdm.auto import tqdm
 
 from tabloader.allocator import retained_freed_memory
-from tabloader.backend import local_task_threads
+from tabloader import backend
+from tabloader.backend import device_context, local_task_threads
 
 
 def active_client() -> Any:
@@ -102,7 +104,11 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True, device
     # tasks still run; waiting for them means a caller cleaning up (atomic_directory removing
     # its temporary directory) never races a writer still at work.
     num_workers = dask.config.get("num_workers", None) or local_task_threads(device)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader")
+    # The pool's threads work on the caller's GPU (a thread starts on GPU 0, whatever GPU the
+    # thread that made it uses: a DDP rank on cuda:1 would preprocess on cuda:0).
+    context = device_context(device) if backend.cuda_available() else contextlib.nullcontext
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader",
+                                                 initializer=_enter, initargs=(context,))
     try:
         with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar), \
                 retained_freed_memory():
@@ -111,6 +117,11 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True, device
             return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool, num_workers=num_workers))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _enter(context: Callable[[], Any]) -> None:
+    """(a pool thread, once) Enter ``context()`` for the thread's whole life."""
+    context().__enter__()
 
 
 def _compute_distributed(client: Any, tasks: Sequence[Any], desc: str, progress: bool) -> list[Any]:

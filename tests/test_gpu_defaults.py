@@ -168,3 +168,29 @@ def test_a_gpu_workflow_fits_transforms_and_writes_with_the_gpu_thread_count(tmp
     assert ds.npartitions == 4 and asked and set(asked) == {"cuda"}
     written = pd.read_parquet(tmp_path / "out")["x"]
     assert written.tolist() == pytest.approx(((x - x.mean()) / x.std(ddof=0)).tolist(), rel=1e-5, abs=1e-6)
+
+
+def test_the_task_threads_work_on_the_callers_gpu(monkeypatch):
+    """A pool thread starts on GPU 0 whatever GPU its creator uses: each enters the context of the
+    caller's device (backend.device_context, taken in the calling thread) before any task."""
+    import contextlib
+    import threading
+
+    import dask
+
+    from tabloader import scheduler
+
+    entered, ran_in = set(), []
+
+    @contextlib.contextmanager
+    def on_the_callers_gpu():
+        entered.add(threading.get_ident())
+        yield
+
+    monkeypatch.setattr(scheduler, "device_context", lambda device: on_the_callers_gpu)
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    tasks = [dask.delayed(lambda i: ran_in.append(threading.get_ident()) or i)(i) for i in range(6)]
+    with dask.config.set(num_workers=3):
+        assert scheduler.compute_tasks(tasks, "on the caller's GPU", progress=False, device="cuda") == list(range(6))
+    assert ran_in and set(ran_in) <= entered
+
