@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
+from tabloader.dataset.core import naming_partition
 from tabloader.graph import Node, OpNode, column_origins
 from tabloader.ops.base import NotFittedError, StatOperator
 from tabloader.plan import Plan
@@ -115,7 +116,8 @@ class Workflow:
     def _fit_phase(self, plan: Plan, dataset: Dataset, nodes: list[OpNode], desc: str, progress: bool) -> None:
         from tabloader.scheduler import compute_tasks, shared_calls
 
-        parts = shared_calls(_PartialStats(plan, nodes), [(p,) for p in dataset.to_delayed(plan.input_columns)],
+        where = [f"partition {i} ({dataset.describe_partition(i)})" for i in range(dataset.npartitions)]
+        parts = shared_calls(_PartialStats(plan, nodes), list(zip(dataset.to_delayed(plan.input_columns), where)),
                              "partial-stats")
         merge = _MergeStats(nodes)
         while len(parts) > 1:  # one shared key per level: the nodes (and state fitted upstream) sent once, not per task
@@ -255,15 +257,19 @@ class Workflow:
 
 
 class _PartialStats:
-    """Partial statistics of the given stat nodes on one partition (a picklable task)."""
+    """Partial statistics of the given stat nodes on one partition (a picklable task); an error
+    names the partition (``where``)."""
 
     def __init__(self, plan: Plan, nodes: list[OpNode]) -> None:
         self.plan, self.nodes = plan, nodes
 
-    def __call__(self, frame: Any) -> list[Any]:
+    def __call__(self, frame: Any, where: str) -> list[Any]:
         memo: dict[int, Any] = {}  # nodes the stat nodes share run once
-        return [n.op.fit_partial(self.plan.columns(n).input, self.plan.operator_input(n, frame, memo))
-                for n in self.nodes]
+        try:
+            return [n.op.fit_partial(self.plan.columns(n).input, self.plan.operator_input(n, frame, memo))
+                    for n in self.nodes]
+        except Exception as exc:
+            raise naming_partition(exc, where)
 
 
 class _MergeStats:

@@ -703,3 +703,29 @@ def test_a_persisted_or_shuffled_dask_frame_is_fit_and_transformed_under_a_clien
             wf = Workflow((["c"] >> ops.Categorify()) + (["x"] >> ops.Normalize()), progress=False).fit(Dataset(ddf))
             got = wf.transform(ddf).compute().sort_values("x")  # a shuffle reorders the rows; x orders them
             pd.testing.assert_frame_equal(got.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)
+
+
+def test_an_error_in_fit_or_transform_names_the_partition_and_its_files(tmp_path):
+    """A value an operator refuses, in one file of several: the error keeps its type and names
+    the partition and the file it came from, in fit and when the transformed rows are written."""
+    from tabloader import ops
+
+    class RefusesNegatives(ops.Normalize):
+        def fit_partial(self, columns, frame):
+            if (frame["x"] < 0).any():
+                raise ValueError(f"negative x: {frame['x'].min()}")
+            return super().fit_partial(columns, frame)
+
+        def transform(self, columns, frame):
+            if (frame["x"] > 100).any():
+                raise ValueError(f"x too large: {frame['x'].max()}")
+            return super().transform(columns, frame)
+
+    for i, values in enumerate(([1.0, 2.0], [3.0, -4.0], [5.0, 6.0])):
+        pd.DataFrame({"x": values}).to_parquet(tmp_path / f"part_{i}.parquet")
+    with pytest.raises(ValueError, match=r"negative x: -4.0 \[partition 1 \(.*part_1\.parquet\)\]"):
+        Workflow(["x"] >> RefusesNegatives(), progress=False).fit(Dataset(str(tmp_path), part_size=1))  # a file each
+    wf = Workflow(["x"] >> RefusesNegatives(), progress=False).fit(Dataset(pd.DataFrame({"x": [1.0, 2.0]})))
+    pd.DataFrame({"x": [500.0]}).to_parquet(tmp_path / "part_1.parquet")
+    with pytest.raises(ValueError, match=r"x too large: 500.0 \[partition 1 \(.*part_1\.parquet\)\]"):
+        wf.transform(Dataset(str(tmp_path), part_size=1)).to_parquet(str(tmp_path / "out"), progress=False)

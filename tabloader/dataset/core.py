@@ -376,13 +376,36 @@ class _Transforms:
 
 
 class _PartitionReader:
-    """A picklable callable reading one partition (for Dask tasks)."""
+    """A picklable callable reading one partition (for Dask tasks); an error names the partition."""
 
     def __init__(self, dataset: Dataset, columns: Sequence[str] | None) -> None:
         self.dataset, self.columns = dataset, columns
 
     def __call__(self, index: int) -> Any:
-        return self.dataset.read_partition(index, self.columns)
+        return read_partition_naming_it(self.dataset, index, self.columns)
+
+
+def read_partition_naming_it(dataset: Dataset, index: int, columns: Sequence[str] | None = None) -> Any:
+    """``dataset.read_partition(index, columns)``, an error in it (a transform refusing a value)
+    naming the partition and its files (:func:`naming_partition`)."""
+    try:
+        return dataset.read_partition(index, columns)
+    except Exception as exc:
+        raise naming_partition(exc, f"partition {index} ({dataset.describe_partition(index)})")
+
+
+def naming_partition(exc: Exception, where: str) -> Exception:
+    """``exc`` itself, its message ending with ``where`` (the partition it happened in) when it
+    has one message and does not name it yet: its type, attributes and traceback are kept, so
+    that callers catching it (``except TypeError``) still do.
+
+    Example:
+        >>> str(naming_partition(ValueError("bad value 7"), "partition 2 (a.parquet)"))
+        'bad value 7 [partition 2 (a.parquet)]'
+    """
+    if len(exc.args) == 1 and isinstance(exc.args[0], str) and where not in exc.args[0]:
+        exc.args = (f"{exc.args[0]} [{where}]",)
+    return exc
 
 
 def _open_source(source: Any, engine: str | None, part_size: int, device: str, columns: Sequence[str] | None,

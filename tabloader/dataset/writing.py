@@ -247,7 +247,9 @@ def _naive_timestamps(dtypes: Any) -> list[str]:
 def _read_shuffled(dataset: "Dataset", index: int, shuffle: bool, seed: int | None) -> Any:
     """Partition ``index`` of ``dataset`` on its device, its rows shuffled when asked: the order is
     drawn on the host from ``[seed, index]``, so a seed gives the same files on CPU and GPU."""
-    frame = dataset.read_partition(index)
+    from tabloader.dataset.core import read_partition_naming_it
+
+    frame = read_partition_naming_it(dataset, index)
     if shuffle:
         order = np.random.default_rng(None if seed is None else [seed, index]).permutation(len(frame))
         frame = frame.take(backend.asarray(order, backend.frame_device(frame)))
