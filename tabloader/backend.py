@@ -375,16 +375,18 @@ def cudf_arrow_table(table: Any) -> Any:
     import pyarrow as pa
 
     for i, field in enumerate(table.schema):
-        column = table.column(i)
+        column, rebuilt = table.column(i), False
         if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):  # see empty_null_lists
-            column = pa.chunked_array([empty_null_lists(chunk) for chunk in column.chunks], type=field.type)
+            chunks = [empty_null_lists(chunk) for chunk in column.chunks]
+            rebuilt = any(new is not old for new, old in zip(chunks, column.chunks))
+            column = pa.chunked_array(chunks, type=field.type) if rebuilt else column
         if pa.types.is_large_list(field.type):
             supported = pa.list_(field.type.value_field)
         elif pa.types.is_date64(field.type):
             supported = pa.timestamp("ms")
         else:
             supported = field.type
-        if column is not table.column(i) or supported != field.type:
+        if rebuilt or supported != field.type:
             table = table.set_column(i, field.with_type(supported), column.cast(supported))
     return table
 
@@ -1092,8 +1094,8 @@ from tabloader.device import (  # noqa: E402,F401
     ALIGNMENT, HOST, aligned_columns, aligned_empty, array_device, block_rows, column_major_chunks, copy_rows,
     data_address,
     device_context, empty_columns, flatnonzero, gather_columns, group_sums, host_staging, is_frame, is_host,
-    on_host, permutation, pins_host_memory, reads_frames, repeat, resolve_frame_device, synchronize, take_rows,
-    wait_for, work_queued)
+    on_host, permutation, pins_host_memory, reads_frames, repeat, resolve_frame_device, synchronize,
+    synchronize_device_of, take_rows, wait_for, work_queued)
 
 # The operator helpers of the seam, kept in tabloader.columnar (it imports this module).
 _COLUMNAR = ("ListLayout", "list_layout", "build_list", "run_positions", "take_values", "concat_values",

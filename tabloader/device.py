@@ -9,7 +9,7 @@ of the operations below:
 * where things live: :func:`is_host`, :func:`on_host`, :func:`array_device`,
   :func:`reads_frames`, :func:`pins_host_memory`, :func:`device_context`;
 * memory: :func:`host_staging`, :func:`copy_rows`, :func:`empty_columns`, :func:`synchronize`,
-  :func:`data_address`;
+  :func:`synchronize_device_of`, :func:`data_address`;
 * order between threads: :func:`work_queued`, :func:`wait_for`;
 * chunk layout: :func:`column_major_chunks`, :func:`gather_columns`;
 * loops over a buffer: :func:`block_rows`, :func:`take_rows`, :func:`repeat`, :func:`permutation`;
@@ -133,6 +133,14 @@ def data_address(array: Any) -> int:
         True
     """
     return array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr
+
+
+def synchronize_device_of(array: Any) -> None:
+    """Wait until the work queued on the GPU holding ``array`` is done (whichever GPU is current);
+    nothing to wait for with host memory."""
+    if not on_host(array):
+        with array.device:
+            backend.cupy().cuda.runtime.deviceSynchronize()
 
 
 ALIGNMENT = 64  # bytes; TensorFlow aborts on tensors imported from less aligned memory

@@ -106,7 +106,8 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True, device
     num_workers = dask.config.get("num_workers", None) or local_task_threads(device)
     # The pool's threads work on the caller's GPU (a thread starts on GPU 0, whatever GPU the
     # thread that made it uses: a DDP rank on cuda:1 would preprocess on cuda:0).
-    context = device_context(device) if backend.cuda_available() else contextlib.nullcontext
+    on_gpu = not backend.is_host(device) and backend.cuda_available()  # no CUDA query for host work
+    context = device_context(device) if on_gpu else contextlib.nullcontext
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader",
                                                  initializer=_enter, initargs=(context,))
     try:

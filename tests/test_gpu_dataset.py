@@ -360,10 +360,13 @@ def test_the_host_schema_of_a_gpu_meta_keeps_dates_as_dates():
     from tabloader.schema import ColumnSchema, Schema
 
     schema = Schema([ColumnSchema("day", "date32[day]"), ColumnSchema("at", "datetime64[us, UTC]"),
-                     ColumnSchema("x", "float64")])
+                     ColumnSchema("naive", "datetime64[us]"), ColumnSchema("x", "float64")])
     meta = pd.DataFrame({"day": pd.Series([], dtype="datetime64[s]"),
-                         "at": pd.Series([], dtype=pd.DatetimeTZDtype("us", "UTC")), "x": pd.Series([], dtype="float64")})
+                         "at": pd.Series([], dtype=pd.DatetimeTZDtype("us", "UTC")),
+                         "naive": pd.Series([], dtype="datetime64[us]"), "x": pd.Series([], dtype="float64")})
     arrow_schema = _host_arrow_schema(meta, schema)
-    assert [str(f.type) for f in arrow_schema] == ["date32[day]", "timestamp[us, tz=UTC]", "double"]
-    assert _written_from_the_host(meta, schema) == ["day", "at"]
-    assert _written_from_the_host(meta[["x"]], schema) == []
+    assert [str(f.type) for f in arrow_schema] == ["date32[day]", "timestamp[us, tz=UTC]", "timestamp[us]", "double"]
+    pandas_types = {c["name"]: c["pandas_type"] for c in arrow_schema.pandas_metadata["columns"]}
+    assert pandas_types["day"] == "date"  # pandas reads the date back as a date, as from the CPU's files
+    assert _written_from_the_host(meta, schema) == ["day", "at"]  # naive timestamps: cuDF's writer
+    assert _written_from_the_host(meta[["naive", "x"]], schema) == []

@@ -400,6 +400,12 @@ class _StandInDeviceArray(np.ndarray):
 
         return types.SimpleNamespace(ptr=self.ctypes.data)
 
+    @property
+    def device(self):  # CuPy's Device, a context making its GPU current
+        import contextlib
+
+        return contextlib.nullcontext()
+
 
 def test_gpu_batches_reach_tf_aligned_and_after_the_gpu_is_done(monkeypatch):
     """A GPU batch is a view at any row of its chunk: an unaligned column is copied on the device

@@ -197,7 +197,7 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
           done
         done
         for log in "$out"/sweep50m*.log; do
-          echo "$(basename "$log" .log): $(grep -h '^| tabloader-cuda' "$log" | tail -1)"
+          echo "$(basename "$log" .log): $(grep -h '^| tabloader-cuda' "$log" | head -1)"  # the timing table's row
         done >"$out/sweep50m.txt"
       else
         echo "sweep50m   skipped: cuDF is not importable" | tee -a "$out/summary.txt"

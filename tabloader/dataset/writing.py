@@ -99,22 +99,27 @@ def _written_from_the_host(meta: Any, schema: Schema) -> list[str]:
     its partitions are written from the host: dates (cuDF holds them as ``datetime64[s]`` and
     writes timestamps) and time-zoned timestamps (written as naive beside a naive one, without
     their zone name otherwise)."""
-    return [name for name, dtype in meta.dtypes.items()
-            if getattr(dtype, "tz", None) is not None
-            or (name in schema and str(schema[name].dtype or "").startswith("date"))]
+    return [name for name, dtype in meta.dtypes.items() if getattr(dtype, "tz", None) is not None or _date_type(schema, name)]
+
+
+def _date_type(schema: Schema, name: str) -> Any:
+    """The arrow date type the dataset's schema records for column ``name``, or None (timestamps,
+    spelled ``datetime64[...]``, are no dates)."""
+    import pyarrow as pa
+
+    dtype = str(schema[name].dtype or "") if name in schema else ""
+    return {"date32": pa.date32(), "date64": pa.date64()}.get(dtype.split("[")[0])
 
 
 def _host_arrow_schema(meta: Any, schema: Schema) -> Any:
     """The CPU writer's arrow schema for the rows of a cuDF ``meta``: its host meta's, with the
-    dates the dataset's schema records as dates."""
-    import pyarrow as pa
+    dates the dataset's schema records as dates (cuDF holds them as ``datetime64[s]``), in the
+    arrow types and in pandas' metadata alike."""
+    import pandas as pd
 
-    arrow_schema = output_arrow_schema(backend.to_host(meta), schema)
-    dates = {"date32": pa.date32(), "date64": pa.date64()}
-    fields = [f.with_type(dates[str(schema[f.name].dtype).split("[")[0]])
-              if f.name in schema and str(schema[f.name].dtype or "").split("[")[0] in dates else f
-              for f in arrow_schema]
-    return pa.schema(fields, metadata=arrow_schema.metadata)
+    host = backend.to_host(meta)
+    dates = {name: _date_type(schema, name) for name in host.columns if _date_type(schema, name) is not None}
+    return output_arrow_schema(host.astype({name: pd.ArrowDtype(t) for name, t in dates.items()}), schema)
 
 
 def _partitioned_writer(dataset: "Dataset", meta: Any, partition_on: Sequence[str], path: str,

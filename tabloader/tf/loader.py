@@ -153,8 +153,9 @@ def batch_to_tf(features: Mapping[str, Any], target: Any = None, ragged: bool = 
             out[name] = to_tf_tensor(value, stats)
     batch = (out,) if target is None else (out, to_tf_tensor(target, stats))
     arrays = [a for v in [*features.values(), target] for a in (v if isinstance(v, tuple) else (v,))]
-    if any(backend.is_gpu_object(a) for a in arrays):  # after the imports' own copies, before TF runs a kernel
-        backend.synchronize("cuda")
+    on_gpu = next((a for a in arrays if backend.is_gpu_object(a)), None)
+    if on_gpu is not None:  # after the imports' own copies, before TF runs a kernel; on the batch's GPU
+        backend.synchronize_device_of(on_gpu)
     return batch
 
 

@@ -301,8 +301,10 @@ class TableBatchedCollection(nn.Module):
                              f"expected {n_feat * batch_size + 1}")
         offsets, n = offsets.to(torch.int64), values.numel()
         # perhaps single-hot columns only: finding out reads the offsets back, which a graph being
-        # captured cannot (the pooled plan below is right for lists of length 1 too)
-        if weights is None and n == n_feat * batch_size and not (_capturing(device) and not self.validate_indices):
+        # captured cannot; a capturable collection that does not validate (so reads nothing back)
+        # always takes the pooled plan below, right for lists of length 1 too -- eagerly as well, so
+        # that the kernels a capture launches were compiled and loaded by the warm-up steps before it
+        if weights is None and n == n_feat * batch_size and not (self.capturable and not self.validate_indices):
             plan = self._jagged_single_hot_plan(values, offsets, batch_size)
             if plan is not None:
                 return plan
