@@ -39,6 +39,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.filesystems import is_local, join
 from tabloader.records import SHOWN_CHARS
+from tabloader.safe_dtypes import check_pandas_metadata
 from tabloader.schema import json_default
 
 STATE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.parquet")  # a plain name: no separator, no '..'
@@ -173,11 +174,42 @@ def _decode(entry: dict[str, Any], fs: Any, root: str, where: str) -> Any:
     if not fs.exists(path):
         raise FileNotFoundError(f"{path} is missing: the saved workflow directory is incomplete")
     with fs.open(path, "rb") as f:
+        _check_table_file(f, path)
+        f.seek(0)
         frame = pd.read_parquet(f)
     try:
         return _table_value(frame, entry["kind"])
     except KeyError as exc:
         raise ValueError(f"{path} ({where}) lacks the column {exc} of a {entry['kind']}") from None
+
+
+#: How many times its size on disk a saved table may take once decoded (before anything is
+#: read): a fitted table (vocabulary values and counts) compresses a few times at most, a crafted
+#: file of one repeated value thousands of times.
+MAX_EXPANSION = 200
+#: Decoded tables below this size are read whatever their expansion.
+SMALL_TABLE_BYTES = 256 * 2**20
+
+
+def _check_table_file(f: Any, path: str) -> None:
+    """Refuse a saved table before pandas decodes it: time zones pandas would resolve by opening
+    a file (:mod:`tabloader.safe_dtypes`), and a decoded size out of proportion to the file."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(f).metadata
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable parquet file: {exc}") from None
+    check_pandas_metadata(meta.schema.to_arrow_schema(), path)
+    # the pages' sizes, which run-length and dictionary encodings keep small: at least 8 bytes a value
+    decoded = max(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)),
+                  8 * meta.num_rows * meta.num_columns)
+    on_disk = max(1, meta.serialized_size + sum(meta.row_group(i).column(j).total_compressed_size
+                                                for i in range(meta.num_row_groups)
+                                                for j in range(meta.row_group(i).num_columns)))
+    if decoded > SMALL_TABLE_BYTES and decoded > MAX_EXPANSION * on_disk:
+        raise ValueError(f"{path}: its {meta.num_rows:,} rows would take {decoded:,} bytes decoded, "
+                         f"{decoded // on_disk}x its {on_disk:,} bytes on disk: not a table a fit writes")
 
 
 def _table_value(frame: pd.DataFrame, kind: str) -> Any:

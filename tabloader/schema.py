@@ -134,9 +134,11 @@ class ColumnSchema:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ColumnSchema":
+        from tabloader.safe_dtypes import check_dtype_string
+
         return cls(
             name=data["name"],
-            dtype=data.get("dtype"),
+            dtype=check_dtype_string(data.get("dtype"), f"schema column {data['name']!r}"),
             tags=frozenset(data.get("tags", ())),
             properties=data.get("properties", {}),
             is_list=bool(data.get("is_list", False)),

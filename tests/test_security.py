@@ -547,3 +547,99 @@ def test_pick_node_record_must_name_columns(tmp_path):
     (path / "workflow.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="'picked': expected column names"):
         Workflow.load(str(path))
+
+
+# --- attacks: time zones pandas resolves by opening a file, and tables that decode to gigabytes ---
+@pytest.fixture
+def opened_files():
+    """The paths this process opens from now on (an audit hook: it stays, only recording)."""
+    seen: list[str] = []
+
+    def hook(event, args):
+        if event == "open" and isinstance(args[0], str):
+            seen.append(args[0])
+
+    sys.addaudithook(hook)
+    return seen
+
+
+def dateutil_zone(tmp_path: Path) -> tuple[str, Path]:
+    """A ``dateutil/`` zone naming a file outside any workflow (pandas would open it)."""
+    secret = tmp_path / "outside" / "secret_tz"
+    secret.parent.mkdir()
+    secret.write_bytes(b"TZif not really")
+    return f"dateutil/{secret}", secret
+
+
+def test_a_state_table_whose_pandas_metadata_names_a_dateutil_zone_is_refused_unread(tmp_path, opened_files):
+    path = basic(tmp_path)
+    zone, secret = dateutil_zone(tmp_path)
+    table_path = path / parquet_state(path)
+    table = pq.read_table(table_path)
+    meta = json.loads(table.schema.metadata[b"pandas"])
+    meta["columns"][0].update(numpy_type=f"datetime64[ns, {zone}]", metadata={"timezone": zone})
+    pq.write_table(table.replace_schema_metadata({b"pandas": json.dumps(meta).encode()}), table_path)
+    opened_files.clear()  # the test's own writes
+    with pytest.raises(ValueError, match="time zone"):
+        Workflow.load(str(path))
+    assert str(secret) not in opened_files
+
+
+def test_a_lambdaop_dtype_or_a_schema_dtype_naming_a_dateutil_zone_is_refused_unread(tmp_path, opened_files):
+    zone, secret = dateutil_zone(tmp_path)
+    opened_files.clear()  # the test's own write
+    lam = save(tmp_path, ["n"] >> ops.LambdaOp(plus_one, dtype="float64"), name="lam")
+    edit(lam, lambda doc: op_record(doc, "LambdaOp")["config"].update(dtype=f"datetime64[ns, {zone}]"))
+    with pytest.raises(ValueError, match="time zone"):
+        Workflow.load(str(lam), trusted=[plus_one])
+    schema = basic(tmp_path)
+    edit(schema, lambda doc: doc["input_schema"]["columns"][0].update(dtype=f"datetime64[ns, {zone}]"))
+    with pytest.raises(ValueError, match="time zone"):
+        Workflow.load(str(schema))
+    assert str(secret) not in opened_files
+
+
+def test_a_state_table_decoding_to_far_more_than_its_file_is_refused(tmp_path, monkeypatch):
+    """A crafted table of one repeated value: megabytes on disk, gigabytes decoded."""
+    from tabloader import saved_state
+
+    monkeypatch.setattr(saved_state, "SMALL_TABLE_BYTES", 1_000_000)  # the test's table stays small
+    path = basic(tmp_path)
+    pq.write_table(pa.table({"values": np.zeros(2_000_000, np.int64)}), path / parquet_state(path))
+    with pytest.raises(ValueError, match="decoded"):
+        Workflow.load(str(path))
+
+
+def test_reduce_dtype_size_takes_only_the_integer_dtypes_fit_records(tmp_path):
+    path = save(tmp_path, ["label"] >> ops.ReduceDtypeSize())
+    edit(path, lambda doc: op_record(doc, "ReduceDtypeSize")["state"].update(
+        dtypes={"__json__": {"label": "datetime64[ns, UTC]"}}))
+    with pytest.raises(ValueError, match="saved dtypes"):
+        Workflow.load(str(path))
+
+
+def test_a_struct_nested_without_end_in_an_nvtabular_schema_is_a_value_error(tmp_path):
+    """``extraMetadata`` of ``.merlin/schema.json`` as a base64 ``google.protobuf.Struct`` nested
+    thousands deep: a ValueError naming the file, not a RecursionError."""
+    import base64
+
+    import tabloader as tl
+    from tabloader.dataset.protobuf import _STRUCT_URL
+
+    def field(number: int, payload: bytes) -> bytes:  # a length-delimited field of the wire format
+        size, length = len(payload), b""
+        while True:
+            length += bytes([(size & 0x7F) | (0x80 if size > 0x7F else 0)])
+            size >>= 7
+            if not size:
+                return bytes([number << 3 | 2]) + length + payload
+
+    struct = b""
+    for _ in range(3000):  # Struct{"k": Value{struct_value: Struct{...}}}
+        struct = field(1, field(1, b"k") + field(2, field(5, struct)))
+    pq.write_table(pa.table({"C1": [1, 2]}), tmp_path / "part_0.parquet")
+    (tmp_path / ".merlin").mkdir()
+    (tmp_path / ".merlin" / "schema.json").write_text(json.dumps({"feature": [{"name": "C1", "annotation": {
+        "extraMetadata": [{"@type": _STRUCT_URL, "value": base64.b64encode(struct).decode()}]}}]}))
+    with pytest.raises(ValueError, match="schema.json.*nested deeper"):
+        tl.Dataset(str(tmp_path))

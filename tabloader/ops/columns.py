@@ -109,6 +109,7 @@ class AddProperties(Operator):
 
 
 _INT_DTYPES = [np.dtype(t) for t in ("int8", "int16", "int32", "int64")]
+_STATE_DTYPES = {*(t.name for t in _INT_DTYPES), "uint64"}  # what fit can record (_smallest_int)
 
 
 class ReduceDtypeSize(StatOperator):
@@ -199,6 +200,9 @@ class ReduceDtypeSize(StatOperator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         if "dtypes" in state:
+            unknown = {c: d for c, d in dict(state["dtypes"]).items() if str(d) not in _STATE_DTYPES}
+            if unknown:  # a saved file names them: only the integer dtypes fit gives
+                raise ValueError(f"{self.label}: saved dtypes {unknown!r:.200} are not among {sorted(_STATE_DTYPES)}")
             self.dtypes_ = dict(state["dtypes"])
             self.ranges_ = {k: list(v) for k, v in state["ranges"].items()}
 

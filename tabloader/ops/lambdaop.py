@@ -120,4 +120,6 @@ def _with_context(exc: Exception, message: str) -> Exception:
 def _dtype_name(dtype: Any) -> str:
     from pandas.api.types import pandas_dtype
 
-    return str(pandas_dtype(dtype))
+    from tabloader.safe_dtypes import check_dtype_string
+
+    return str(pandas_dtype(check_dtype_string(dtype, "LambdaOp dtype")))
