@@ -105,18 +105,22 @@ def _plain_number(number: float) -> Any:
     return int(number) if math.isfinite(number) and number.is_integer() else number
 
 
-def _decode_struct(data: bytes) -> dict:
+def _decode_struct(data: bytes, depth: int = 0) -> dict:
     """A ``google.protobuf.Struct`` from its wire format (field 1: map entries key=1, value=2)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"a Struct nested deeper than {_MAX_DEPTH}")
     out = {}
     for field, entry in _wire_fields(data):
         if field == 1:
             items = dict(_wire_fields(entry))
-            out[items.get(1, b"").decode("utf-8")] = _decode_value(items.get(2, b""))
+            out[items.get(1, b"").decode("utf-8")] = _decode_value(items.get(2, b""), depth + 1)
     return out
 
 
-def _decode_value(data: bytes) -> Any:
+def _decode_value(data: bytes, depth: int = 0) -> Any:
     """A ``google.protobuf.Value``: 1 null, 2 number (double), 3 string, 4 bool, 5 Struct, 6 ListValue."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"a Struct value nested deeper than {_MAX_DEPTH}")
     value: Any = None
     for field, raw in _wire_fields(data):
         if field == 2:
@@ -126,9 +130,9 @@ def _decode_value(data: bytes) -> Any:
         elif field == 4:
             value = bool(raw)
         elif field == 5:
-            value = _decode_struct(raw)
+            value = _decode_struct(raw, depth + 1)
         elif field == 6:
-            value = [_decode_value(v) for f, v in _wire_fields(raw) if f == 1]
+            value = [_decode_value(v, depth + 1) for f, v in _wire_fields(raw) if f == 1]
         elif field == 1:
             value = None
     return value
