@@ -166,3 +166,16 @@ def test_a_log_missing_a_commit_is_refused(tmp_path):
     os.remove(os.path.join(root, "_delta_log", "00000000000000000001.json"))
     with pytest.raises(DeltaTableError, match=r"_delta_log: commit 1 is missing \(after checkpoint -1\)"):
         tl.Dataset(root)
+
+
+def test_a_data_file_symlinked_outside_the_table_is_refused(tmp_path):
+    """The log names a file inside the folder, but the file is a symlink to one outside it."""
+    root = edited_copy(tmp_path, lambda actions: actions)
+    secret = tmp_path / "secret.parquet"
+    pq.write_table(pa.table({"secret": ["SSN-123"]}), secret)
+    for data_file in [p for p in glob.glob(os.path.join(root, "**", "*.parquet"), recursive=True)
+                      if "_delta_log" not in p]:  # every one, so that the current version's are among them
+        os.remove(data_file)
+        os.symlink(secret, data_file)
+    with pytest.raises(DeltaTableError, match="outside the table's folder"):
+        tl.Dataset(root).compute()

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from typing import Any, Sequence
@@ -80,7 +81,8 @@ def table_format_at(fs: Any, folder: str) -> tuple[str, str] | None:
 def inside_folder(root: str, relative: str) -> str | None:
     """``relative`` (a path a table's log or metadata names, decoded) joined to the table's
     folder ``root``; None when it would lie outside: an absolute path, a URL, or one climbing
-    out with ``..`` (a table's files are read only from inside its folder).
+    out with ``..``, or a local symlink leading out (a table's files are read only from inside
+    its folder).
 
     Example:
         >>> inside_folder("/t", "data/a.parquet"), inside_folder("/t", "../b.parquet"), inside_folder("/t", "s3://b/c")
@@ -88,7 +90,12 @@ def inside_folder(root: str, relative: str) -> str | None:
     """
     if "://" in relative or relative.startswith("/") or ".." in relative.split("/"):
         return None
-    return posixpath.join(root, relative)
+    path = posixpath.join(root, relative)
+    if os.path.lexists(path):  # a local file: where its symlinks lead counts
+        real, real_root = os.path.realpath(path), os.path.realpath(root)
+        if os.path.commonpath([real, real_root]) != real_root:
+            return None
+    return path
 
 
 def _format_in_listing(folder: str, listed: Sequence[str]) -> tuple[str, str] | None:
