@@ -729,3 +729,26 @@ def test_an_error_in_fit_or_transform_names_the_partition_and_its_files(tmp_path
     pd.DataFrame({"x": [500.0]}).to_parquet(tmp_path / "part_1.parquet")
     with pytest.raises(ValueError, match=r"x too large: 500.0 \[partition 1 \(.*part_1\.parquet\)\]"):
         wf.transform(Dataset(str(tmp_path), part_size=1)).to_parquet(str(tmp_path / "out"), progress=False)
+
+
+def test_an_in_memory_frame_is_scattered_to_the_cluster_not_sent_in_the_graph():
+    """A DataFrame fit under a distributed client reaches the workers once (scattered), rather than
+    inside the task graph through the scheduler (distributed warns of graphs over 10 MB); the
+    statistics are those of a local fit."""
+    import warnings
+
+    distributed = pytest.importorskip("distributed")
+    from tabloader import ops
+
+    df = pd.DataFrame({"x": np.random.default_rng(0).random(2_000_000), "y": np.arange(2_000_000)})  # 32 MB
+    expected = Workflow(["x"] >> ops.Normalize(), progress=False).fit(Dataset(df, part_size="4MB"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+                                  worker_dashboard_address=None) as cluster, distributed.Client(cluster):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            wf = Workflow(["x"] >> ops.Normalize(), progress=False).fit(Dataset(df, part_size="4MB"))
+            out = wf.transform(Dataset(df, part_size="4MB")).compute()
+    assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message)[:100] for w in caught]
+    got, want = wf.output_node.op.get_state(), expected.output_node.op.get_state()
+    assert got.keys() == want.keys() and got["means"] == pytest.approx(want["means"], rel=1e-12)
+    np.testing.assert_allclose(out["x"].to_numpy(), expected.transform(df)["x"].to_numpy(), rtol=1e-12)

@@ -67,12 +67,31 @@ class FrameSource(RowRangeSource):
 
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
         start, stop = self.row_ranges[index]
-        part = self.frame.iloc[start:stop]
-        return part[list(columns)] if columns is not None else part
+        return _rows(self.frame, start, stop, columns)
+
+    def delayed_frames(self, columns: Sequence[str] | None = None) -> list[Any] | None:
+        """With a distributed client, the frame is scattered to the cluster once and each
+        partition is a slice of it there: in the graph it would travel through the scheduler
+        (and be unpickled there) whole. Without one, None: read in place."""
+        import dask
+
+        from tabloader.scheduler import active_client
+
+        client = active_client()
+        if client is None:
+            return None
+        frame = client.scatter(self.frame if columns is None else self.frame[list(columns)], broadcast=False)
+        return [dask.delayed(_rows)(frame, start, stop, None) for start, stop in self.row_ranges]
 
     @property
     def summary(self) -> str:
         return "a DataFrame"
+
+
+def _rows(frame: Any, start: int, stop: int, columns: Sequence[str] | None) -> Any:
+    """Rows ``[start, stop)`` of ``frame`` (``columns`` only, when given)."""
+    part = frame.iloc[start:stop]
+    return part[list(columns)] if columns is not None else part
 
 
 class DaskSource(Source):
