@@ -204,6 +204,25 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def run_step_seconds(step: Callable[[int], None], steps: int, warmup: int, device: str,
+                     finish: Callable[[], None] | None = None) -> float:
+    """Mean seconds per call of ``step(i)`` over a run of ``steps`` calls after ``warmup`` untimed
+    ones, the clock stopped after ``finish()`` (work a step leaves to a background thread, which a
+    per-step clock would not see) and a wait for the device."""
+    for i in range(warmup):
+        step(i)
+    if finish is not None:
+        finish()
+    sync(device)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(warmup + i)
+    if finish is not None:
+        finish()
+    sync(device)
+    return (time.perf_counter() - start) / steps
+
+
 def median_step_seconds(step: Callable[[int], None], steps: int, warmup: int, device: str) -> float:
     """Median seconds of ``step(i)`` over ``steps`` calls after ``warmup`` untimed ones."""
     for i in range(warmup):
