@@ -164,7 +164,7 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
     workflow50m)  # issue 14's goals are set at 50M rows: 20x hand-written pandas, 1TB projected under 5 min
       if has_cudf; then
         run_step workflow50m "$py" benchmarks/workflow.py --device cuda --rows 50000000 --files 50 \
-          --data "$bench_data/raw50m" --freq-threshold 2 --repeat 1 --systems "${WORKFLOW50M_SYSTEMS:-tabloader-cuda,pandas,polars}"
+          --data "$bench_data/raw50m" --freq-threshold 2 --repeat 1 --systems "${WORKFLOW50M_SYSTEMS:-tabloader-cuda,cudf,pandas,polars}"
       else
         echo "workflow50m skipped: cuDF is not importable" | tee -a "$out/summary.txt"
       fi ;;
