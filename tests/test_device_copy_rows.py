@@ -175,8 +175,9 @@ def test_resident_epochs_leave_no_pinned_block_in_the_pool(tmp_path):
         frame.to_parquet(tmp_path / f"part_{i}.parquet")
     pool = cp.get_default_pinned_memory_pool()
     pool.free_all_blocks()
-    loader = tl.Loader(tl.Dataset(str(tmp_path)), 1024, categorical=["a"], continuous=["x"], device="cuda",
-                       resident=True, shuffle=False)
+    # decoded by pyarrow on the host (so staged in pinned memory), a file per partition
+    loader = tl.Loader(tl.Dataset(str(tmp_path), device="cpu", part_size=1), 1024, categorical=["a"],
+                       continuous=["x"], device="cuda", resident=True, shuffle=False)
     for _ in range(2):
         seen = np.concatenate([cp.asnumpy(f["a"]) for f, _ in loader])
     assert sorted(seen.tolist()) == sorted(np.concatenate([f["a"].to_numpy() for f in frames]).tolist())
