@@ -326,7 +326,7 @@ def test_a_key_column_pandas_wrote_as_the_index_is_a_column_on_the_gpu_too(tmp_p
     for i, users in enumerate(([7, 2, 9], [4, 8, 5])):  # not ranges: pandas writes those as metadata only
         pd.DataFrame({"user": users, "x": np.arange(len(users), dtype="float32")}).set_index("user").to_parquet(
             tmp_path / f"part_{i}.parquet")
-    on_cpu, on_gpu = tl.Dataset(str(tmp_path)), tl.Dataset(str(tmp_path), device="cuda")
+    on_cpu, on_gpu = tl.Dataset(str(tmp_path), device="cpu"), tl.Dataset(str(tmp_path), device="cuda")
     assert on_gpu.schema.column_names == on_cpu.schema.column_names == ["x", "user"]  # pandas writes the index last
     for i in range(on_cpu.npartitions):
         cpu, gpu = on_cpu.read_partition(i), on_gpu.read_partition(i).to_pandas()
