@@ -99,7 +99,8 @@ def _written_from_the_host(meta: Any, schema: Schema) -> list[str]:
     its partitions are written from the host: dates (cuDF holds them as ``datetime64[s]`` and
     writes timestamps) and time-zoned timestamps (written as naive beside a naive one, without
     their zone name otherwise)."""
-    return [name for name, dtype in meta.dtypes.items() if getattr(dtype, "tz", None) is not None or _date_type(schema, name)]
+    return [name for name, dtype in meta.dtypes.items()
+            if getattr(dtype, "tz", None) is not None or _date_type(schema, name) is not None]
 
 
 def _date_type(schema: Schema, name: str) -> Any:
@@ -118,8 +119,8 @@ def _host_arrow_schema(meta: Any, schema: Schema) -> Any:
     import pandas as pd
 
     host = backend.to_host(meta)
-    dates = {name: _date_type(schema, name) for name in host.columns if _date_type(schema, name) is not None}
-    return output_arrow_schema(host.astype({name: pd.ArrowDtype(t) for name, t in dates.items()}), schema)
+    dates = {name: pd.ArrowDtype(date) for name in host.columns if (date := _date_type(schema, name)) is not None}
+    return output_arrow_schema(host.astype(dates), schema)
 
 
 def _partitioned_writer(dataset: "Dataset", meta: Any, partition_on: Sequence[str], path: str,

@@ -94,9 +94,8 @@ class FusedEmbeddingCollection(TableBatchedCollection):
             Weights and optimizer states are always fp32; gradients of any of these dtypes
             are accumulated in fp32. The update applies the gradient as it reaches the
             backward: a loss scaled by ``torch.amp.GradScaler`` scales the embedding updates
-            too, and a step the scaler skips for inf/NaN is applied here all the same. With
-            float16 outputs, scale the loss for the dense part only (back-propagate the
-            unscaled loss to the collection) or use bfloat16, which needs no scaler.
+            too, and a step the scaler skips for inf/NaN is applied here all the same: use
+            bfloat16 outputs (no scaler needed) or float32 ones, not a GradScaler, with it.
         validate_indices: before the kernels run, check every id is inside its table and
             every offsets array is well-formed, raising an ``IndexError`` that names the table
             and the value (a min/max reduction per feature and one device synchronization per
