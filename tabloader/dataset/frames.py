@@ -55,6 +55,7 @@ class FrameSource(RowRangeSource):
         super().__init__(device)
         frame = backend.to_frame_device(frame, device)
         self.frame = frame.reset_index(drop=True)
+        self._scattered: dict[tuple, Any] = {}  # (client id, columns) -> the frame's future on that cluster
         n = len(frame)
         self._cut(n, int(frame.memory_usage(deep=True, index=False).sum()) if n else 0, part_size)
 
@@ -80,8 +81,13 @@ class FrameSource(RowRangeSource):
         client = active_client()
         if client is None:
             return None
-        frame = client.scatter(self.frame if columns is None else self.frame[list(columns)], broadcast=False)
-        return [dask.delayed(_rows)(frame, start, stop, None) for start, stop in self.row_ranges]
+        # The future is kept here: a graph refers to its key only, and a future nobody holds is
+        # released on the cluster (a later phase of a fit would find its data lost).
+        key = (client.id, None if columns is None else tuple(columns))
+        if key not in self._scattered:
+            self._scattered[key] = client.scatter(self.frame if columns is None else self.frame[list(columns)],
+                                                  broadcast=False)
+        return [dask.delayed(_rows)(self._scattered[key], start, stop, None) for start, stop in self.row_ranges]
 
     @property
     def summary(self) -> str:
