@@ -92,8 +92,7 @@ def to_tf_tensor(array: Any, stats: ConversionStats | None = None) -> tf.Tensor:
     """
     if isinstance(array, tf.Tensor):
         return array
-    if backend.is_gpu_object(array) and array.size and _copy_reason(array) is not None:
-        reason = _copy_reason(array)
+    if backend.is_gpu_object(array) and array.size and (reason := _copy_reason(array)) is not None:
         array = backend.array_lib(array).array(array, copy=True, order="C")  # a new block: aligned
         if stats is not None:
             stats.copied[reason] += 1
