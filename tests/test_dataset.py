@@ -498,6 +498,56 @@ def test_to_parquet_round_trip_of_python_list_columns(tmp_path):
     assert table.column("w").to_pylist() == [["x"], [], ["y", "z"], None]
 
 
+def _dictionary_encoded(path) -> dict[str, bool]:
+    """Column -> whether every row group of the parquet file ``path`` has a dictionary page."""
+    meta = pq.read_metadata(path)
+    return {meta.schema.column(j).path: all(meta.row_group(g).column(j).has_dictionary_page
+                                            for g in range(meta.num_row_groups))
+            for j in range(meta.num_columns)}
+
+
+@pytest.mark.parametrize("partition_on", [None, ["day"]])
+def test_to_parquet_writes_mostly_distinct_floats_without_a_dictionary(tmp_path, partition_on):
+    """A float column of distinct values (Normalize's output) is written plainly: pyarrow would
+    build a 1 MB dictionary per column chunk and drop it. Ids, strings and floats with few
+    values keep their dictionaries; every value comes back as written."""
+    n = 40_000  # 10,000 rows per file and day, above the 8,192 sampled
+    rng = np.random.default_rng(3)
+    src = pd.DataFrame({
+        "day": np.tile(["mon", "tue"], n // 2),
+        "id": rng.integers(0, 500, n),
+        "dense": rng.standard_normal(n).astype("float32"),
+        "dense64": rng.standard_normal(n),
+        "counts": np.log1p(rng.integers(0, 40, n)).astype("float32"),  # 40 distinct values
+        "word": pd.Series(rng.choice(["a", "b", "c"], n), dtype=STRING_DTYPE),
+    })
+    out = tmp_path / "out"
+    Dataset(src, part_size="1MB").to_parquet(str(out), output_files=2, progress=False, partition_on=partition_on)
+
+    files = sorted(str(p) for p in out.rglob("*.parquet"))
+    assert len(files) == 2 * (1 if partition_on is None else 2)
+    for path in files:
+        encoded = _dictionary_encoded(path)
+        assert encoded.pop("dense") is False and encoded.pop("dense64") is False, path
+        assert all(encoded.values()), (path, encoded)
+    back = pd.read_parquet(str(out)).astype({"day": str})
+    back = back.sort_values(["day", "dense"], ignore_index=True)[list(src.columns)]
+    expected = src.sort_values(["day", "dense"], ignore_index=True)
+    pd.testing.assert_frame_equal(back, expected, check_dtype=False)
+    assert back["dense"].dtype == np.float32 and back["id"].dtype == np.int64
+
+
+def test_dictionary_columns_keeps_every_column_of_nested_or_small_tables():
+    """pyarrow's ``use_dictionary`` list names leaves (``items.list.element``), so a table with
+    nested columns keeps dictionary encoding everywhere; a table under the sample's size too."""
+    from tabloader.dataset.dictionary_encoding import dictionary_columns
+
+    dense = np.random.default_rng(0).random(20_000)
+    assert dictionary_columns(pa.table({"x": dense, "items": pa.array([[1, 2]] * 20_000)})) is True
+    assert dictionary_columns(pa.table({"x": dense[:1000]})) is True
+    assert dictionary_columns(pa.table({"x": dense, "k": np.arange(20_000) % 3})) == ["k"]
+
+
 @pytest.mark.parametrize("nan", [False, True])
 def test_partitions_become_the_arrow_tables_pandas_makes(nan):
     """The writer wraps numeric numpy columns itself; every column type comes out as pyarrow's

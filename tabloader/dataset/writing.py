@@ -27,6 +27,7 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.atomic_files import atomic_directory
+from tabloader.dataset.dictionary_encoding import dictionary_columns
 from tabloader.dataset.hive_folders import check_keys, split_by_keys
 from tabloader.dataset.source import conform_dtypes
 from tabloader.filesystems import filesystem, is_local, join
@@ -78,20 +79,36 @@ class _FileWriter:
         self.shuffle, self.seed = shuffle, seed
 
     def __call__(self, partitions: list[int], path: str) -> int:
-        import pyarrow.parquet as pq
-
         fs, fs_path = filesystem(path)
         rows = 0
         # Local files are written by pyarrow's native writer (no Python file object, no GIL). The
         # file is opened here, not by the writer: a writer whose close fails (a full disk) leaves
         # its own file open until garbage collection, holding the space of the deleted temporary.
         sink = _open_sink(fs, fs_path)
-        with sink as f, pq.ParquetWriter(f, self.arrow_schema, compression=self.compression) as w:
-            for index in partitions:
-                frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
-                w.write_table(_cast_to(arrow_table(frame), self.arrow_schema, path), row_group_size=self.row_group_size)
-                rows += len(frame)
+        writer = None  # opened at the first partition, whose values choose the dictionary-encoded columns
+        with sink as f:
+            try:
+                for index in partitions:
+                    frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
+                    table = _cast_to(arrow_table(frame), self.arrow_schema, path)
+                    if writer is None:
+                        writer = self._parquet_writer(f, table)
+                    writer.write_table(table, row_group_size=self.row_group_size)
+                    rows += len(frame)
+                if writer is None:  # no partition: an empty file of the schema
+                    writer = self._parquet_writer(f, None)
+            finally:
+                if writer is not None:
+                    writer.close()
         return rows
+
+    def _parquet_writer(self, sink: Any, first_table: Any) -> Any:
+        """pyarrow's writer of one file into ``sink``, dictionary-encoding the columns
+        :func:`dictionary_columns` picks from the file's ``first_table`` (all without one)."""
+        import pyarrow.parquet as pq
+
+        use_dictionary = True if first_table is None else dictionary_columns(first_table)
+        return pq.ParquetWriter(sink, self.arrow_schema, compression=self.compression, use_dictionary=use_dictionary)
 
 
 def _written_from_the_host(meta: Any, schema: Schema) -> list[str]:
@@ -144,8 +161,6 @@ class _PartitionedFileWriter(_FileWriter):
         self.keys = keys
 
     def __call__(self, partitions: list[int], path: str) -> int:
-        import pyarrow.parquet as pq
-
         directory, name = path.rsplit("/", 1)
         fs, _ = filesystem(path)
         sinks: dict[str, Any] = {}
@@ -155,14 +170,14 @@ class _PartitionedFileWriter(_FileWriter):
             for index in partitions:
                 frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
                 for folder, part in split_by_keys(frame, self.keys):
+                    table = _cast_to(arrow_table(part), self.arrow_schema, path)
                     if folder not in writers:
                         file_path = join(join(directory, folder), name)
                         fs_path = filesystem(file_path)[1]
                         fs.makedirs(fs_path.rsplit("/", 1)[0], exist_ok=True)
                         sinks[folder] = _open_sink(fs, fs_path)
-                        writers[folder] = pq.ParquetWriter(sinks[folder], self.arrow_schema, compression=self.compression)
-                    writers[folder].write_table(_cast_to(arrow_table(part), self.arrow_schema, path),
-                                                row_group_size=self.row_group_size)
+                        writers[folder] = self._parquet_writer(sinks[folder], table)
+                    writers[folder].write_table(table, row_group_size=self.row_group_size)
                     rows += len(part)
         finally:
             for folder in writers:
