@@ -14,11 +14,13 @@ import dataclasses
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tabloader import backend
+from tabloader.loader import host_threads
 from tabloader.loader.buffer import Chunk, concat_lists
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.lists import pad_lists
 
 _GATHER_ROWS = 1024  # rows per cache-sized block when gathering a batch on the CPU
+_GATHER_ROWS_PER_THREAD = 2048  # fewer rows are gathered faster than a thread is handed them
 
 
 class Batcher:
@@ -183,12 +185,22 @@ class _Batch:
 
 def _gather_columns(buf: Any, idx: Any, out: Any) -> None:
     """Write rows ``idx`` of a row-major ``(rows, columns)`` buffer into the column-major
-    ``(columns, len(idx))`` array ``out``.
+    ``(columns, len(idx))`` array ``out``: on the host a share of the rows per thread (a gather
+    is bound by memory latency, which one core does not saturate), on a GPU at once."""
+    n = len(idx)
+    parts = host_threads.parts(n, _GATHER_ROWS_PER_THREAD) if backend.on_host(buf) else 1
+    if parts == 1:
+        _gather_rows(buf, idx, out)
+        return
+    bounds = [n * p // parts for p in range(parts + 1)]
+    host_threads.run_all([lambda a=a, b=b: _gather_rows(buf, idx[a:b], out[:, a:b])
+                          for a, b in zip(bounds, bounds[1:])])
 
-    The rows are gathered a block at a time into a row-major scratch (one contiguous read per
-    row; on the CPU ``_GATHER_ROWS`` rows, so that it stays in cache, on a GPU all of them at
-    once) and transposed into ``out`` from there.
-    """
+
+def _gather_rows(buf: Any, idx: Any, out: Any) -> None:
+    """:func:`_gather_columns` on one thread: the rows are gathered a block at a time into a
+    row-major scratch (one contiguous read per row; on the CPU ``_GATHER_ROWS`` rows, so that it
+    stays in cache, on a GPU all of them at once) and transposed into ``out`` from there."""
     n, ncols = len(idx), buf.shape[1]
     if ncols == 1:
         backend.take_rows(buf[:, 0], idx, out[0])

@@ -16,19 +16,17 @@ packed result the shuffler and the batcher work on.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import os
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from tabloader import backend, columnar
+from tabloader.loader import host_threads
 from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.plan import ChunkSpec, Segment
 
 _PACK_ROWS = 4096  # rows per cache-sized block when packing a chunk on the CPU
-_COPY_THREADS = min(8, os.cpu_count() or 1)  # threads copying columns into pinned staging
 _PARALLEL_BYTES = 1 << 20  # below this a column copy is not worth a thread hand-off
 
 
@@ -247,19 +245,10 @@ def _copy_columns(dst: Any, columns: Sequence[Any]) -> None:
     moves: the pinned staging of a GPU chunk is filled at memory speed), on a GPU one copy
     kernel each."""
     if backend.on_host(dst) and len(columns) > 1 and dst.nbytes >= _PARALLEL_BYTES * len(columns):
-        list(_copy_pool().map(lambda j: dst[:, j].__setitem__(slice(None), columns[j]), range(len(columns))))
+        host_threads.run_all([lambda j=j: dst[:, j].__setitem__(slice(None), columns[j]) for j in range(len(columns))])
         return
     for j, col in enumerate(columns):
         dst[:, j] = col
-
-
-_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
-
-
-def _copy_pool() -> concurrent.futures.ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(concurrent.futures.ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="tabloader-pack"))
-    return _POOL[0]
 
 
 def _list_rows(table: Any, seg: Segment, name: str) -> tuple[Any, Any]:
