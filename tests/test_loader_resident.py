@@ -104,6 +104,54 @@ def test_later_epochs_read_only_what_did_not_fit(tmp_path, device):
     assert sorted(reads) == sorted(set(range(4)) - kept)
 
 
+def counting_fills(monkeypatch) -> list[int]:
+    """The chunks packed into a chunk buffer from now on (their index), by any loader."""
+    from tabloader.loader.buffer import ChunkBuffer
+
+    fills, original = [], ChunkBuffer.fill
+    monkeypatch.setattr(ChunkBuffer, "fill", lambda self, spec, sources: fills.append(spec.index)
+                        or original(self, spec, sources))
+    return fills
+
+
+@pytest.mark.parametrize("budget_partitions", [None, 2])
+def test_host_chunks_of_kept_partitions_are_gathered_in_place(tmp_path, monkeypatch, budget_partitions):
+    """On the CPU the kept partitions share one store, and a chunk of kept partitions only is
+    not copied into the chunk buffer: its batches come from the store, the same as read."""
+    path = write_dataset(tmp_path / "d", [100, 100, 100, 100])
+    ds = tl.Dataset(path, part_size=100 * ROW_BYTES)
+    budget = True if budget_partitions is None else budget_partitions * 100 * ROW_BYTES + ROW_BYTES
+    args = dict(seed=3, buffer_size=100 * ROW_BYTES)  # a chunk per partition
+    plain, loader = Loader(ds, 48, **args), Loader(ds, 48, resident=budget, **args)
+    fills = counting_fills(monkeypatch)
+    assert_same_epochs(batches(loader), batches(plain))
+    kept = loader.resident.snapshot()
+    assert len(kept) == (4 if budget_partitions is None else budget_partitions)
+    assert set(next(iter(loader.resident.store.values())).shape[:1]) == {400 if budget_partitions is None else 201}
+    for epoch in (1, 2):
+        fills.clear()
+        got, want = batches(loader), batches(plain)
+        assert_same_epochs(got, want)
+        chunks = loader.plan.chunks(epoch)
+        copied = [spec.index for spec in chunks if spec.segments[0].partition not in kept]
+        assert sorted(fills) == sorted(copied + [spec.index for spec in chunks])  # the resident loader's, the plain one's
+
+
+def test_without_memory_for_the_store_partitions_keep_arrays_of_their_own(tmp_path, monkeypatch):
+    from tabloader.loader.buffer import ChunkBuffer
+
+    path = write_dataset(tmp_path / "d", [60, 70, 80], row_group_size=30)
+    ds = tl.Dataset(path, part_size=30 * ROW_BYTES)
+    original = ChunkBuffer.empty_rows
+    monkeypatch.setattr(ChunkBuffer, "empty_rows", lambda self, rows: (_ for _ in ()).throw(MemoryError(rows))
+                        if rows == 210 else original(self, rows))
+    plain, loader = Loader(ds, 32, seed=5), Loader(ds, 32, seed=5, resident=True)
+    for _ in range(3):
+        assert_same_epochs(batches(loader), batches(plain))
+    assert loader.resident.store is None and len(loader.resident) == ds.npartitions
+    assert loader.resident.nbytes == 210 * ROW_BYTES
+
+
 @pytest.mark.parametrize("stop_after", [1, 5])
 def test_resume_mid_epoch(tmp_path, device, stop_after):
     path = write_dataset(tmp_path / "d", [90, 60, 110], row_group_size=30)

@@ -33,15 +33,17 @@ _PARALLEL_BYTES = 1 << 20  # below this a column copy is not worth a thread hand
 @dataclasses.dataclass
 class Chunk:
     """A chunk's rows on the device: ``groups`` dtype -> (rows, columns) array (a view of the
-    chunk buffer), list columns as (values, offsets), the permutation in which the batcher
-    reads the rows, and, where chunks are column-major (a GPU), ``shuffled`` dtype ->
+    chunk buffer), list columns as (values, offsets), ``perm``: the rows of ``groups`` in the
+    order the batcher reads them, and, where chunks are column-major (a GPU), ``shuffled`` dtype ->
     (columns, rows) array of the rows already in that order (arrays of their own, not the
-    buffer's: the batcher hands out views of them)."""
+    buffer's: the batcher hands out views of them). A chunk gathered in place from resident
+    rows has ``rows``: the rows of ``groups`` (the resident store) holding its rows, in order."""
 
     spec: ChunkSpec
     groups: dict[str, Any]
     lists: dict[str, tuple[Any, Any]]
     perm: Any = None
+    rows: Any = None
     shuffled: dict[str, Any] | None = None
     ready: Any = None  # on a GPU, the mark of the work that built it (backend.work_queued), for the consumer
 
@@ -147,11 +149,16 @@ class ChunkBuffer:
         lists = self._pack(spec.segments, sources, buffers, staging)
         return Chunk(spec, {d: b[:spec.num_rows] for d, b in buffers.items()}, lists)
 
-    def pack_partition(self, table: Any) -> PackedRows:
-        """Every row of a decoded partition packed into new arrays on the device. Its host
-        staging is used once (partitions differ in size): not pooled, so that it is not kept."""
+    def empty_rows(self, rows: int) -> dict[str, Any]:
+        """New arrays of ``rows`` rows per dtype, laid out as the chunk buffers are."""
+        return self._empty(rows)
+
+    def pack_partition(self, table: Any, into: dict[str, Any] | None = None) -> PackedRows:
+        """Every row of a decoded partition packed into new arrays on the device, or into
+        ``into`` (dtype -> array of as many rows). Its host staging is used once (partitions
+        differ in size): not pooled, so that it is not kept."""
         rows = table.num_rows if hasattr(table, "num_rows") else len(table)
-        buffers = self._empty(rows)
+        buffers = self._empty(rows) if into is None else into
         lists = self._pack([Segment(-1, 0, rows)], [table], buffers, HostStaging(buffers, pooled=False))
         return PackedRows(buffers, lists)
 

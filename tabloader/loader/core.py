@@ -217,6 +217,8 @@ class Loader:
         specs = [s for s in self.plan.chunks(epoch) if s.row_start + s.num_rows > start]
         buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
         resident = self.resident.snapshot() if self.resident is not None else frozenset()
+        if self.resident is not None and backend.is_host(self.device) and not self.layout.lists:
+            self.resident.reserve(buffer.empty_rows, sum(self.plan.sizes), self.layout.row_bytes())
         reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments
                                         if seg.partition not in resident],
                                        ahead=read_ahead() if self.prefetch else 0, context=self._on_device)
@@ -249,8 +251,10 @@ class Loader:
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
                resident: frozenset[int]) -> Chunk:
         with self._on_device():
-            sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
-            chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
+            chunk = self.resident.chunk_of(spec, resident) if self.resident is not None else None
+            if chunk is None:
+                sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
+                chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
             chunk = self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
             chunk.ready = backend.work_queued(self.device)
             return chunk

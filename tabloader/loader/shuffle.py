@@ -44,6 +44,8 @@ class Shuffler:
         in that order into ``chunk.shuffled``, so that the chunk buffer can be refilled while
         the batches are still in use)."""
         chunk.perm = self.permutation(chunk.num_rows, epoch, rank, chunk.spec.index)
+        if chunk.rows is not None:  # gathered in place from resident rows: the permutation of their rows
+            chunk.perm = chunk.rows[chunk.perm]
         if backend.column_major_chunks(self.device):
             chunk.shuffled = {d: backend.gather_columns(rows.T, chunk.perm) for d, rows in chunk.groups.items()}
         return chunk
