@@ -20,7 +20,7 @@ from tabloader.loader.layout import ColumnLayout
 from tabloader.loader.lists import pad_lists
 
 _GATHER_ROWS = 1024  # rows per cache-sized block when gathering a batch on the CPU
-_GATHER_ROWS_PER_THREAD = 2048  # fewer rows are gathered faster than a thread is handed them
+_GATHER_ROWS_PER_THREAD = 16384  # smaller shares lost more to the hand-off than they gained (batch 4096: 8.2M -> 5.9M rows/s)
 
 
 class Batcher:
