@@ -8,6 +8,8 @@ Compares, from one run:
 * ``tabloader resident``: the same with ``resident=True``: the first epoch keeps the decoded
   partitions on the device (host memory on the CPU), the next one only copies, shuffles and
   slices them;
+* ``tabloader.torch resident``: the resident next epoch through the torch adapter
+  (``tabloader.torch.Loader``), batches as torch tensors as the torch baselines give them;
 * ``ceiling``: pyarrow reads every file into numpy, then each batch gathers every column by a
   random permutation -- nothing else (the work any shuffling loader must do on the host);
 * ``torch batched``: the usual hand-written PyTorch approach: all rows already in memory as
@@ -41,14 +43,20 @@ from _common import (CRITEO_CATEGORICAL, CRITEO_CONTINUOUS, CRITEO_LABEL, prepro
 
 
 def run_tabloader(path: str, batch_size: int, device: str, buffer_size: str, resident: bool = False,
-                  decode_on: str = "cpu") -> tuple[float, float]:
+                  decode_on: str = "cpu", torch_tensors: bool = False) -> tuple[float, float]:
     """rows/s of the first epoch of a fresh loader and of the following epoch; ``decode_on``
-    is the dataset's device (``"cuda"``: cuDF decodes)."""
+    is the dataset's device (``"cuda"``: cuDF decodes); ``torch_tensors``: through the torch
+    adapter (``tabloader.torch.Loader``), batches as torch tensors like the torch baselines'."""
     import tabloader as tl
     from tabloader import backend
 
-    loader = tl.Loader(tl.Dataset(path, device=decode_on), batch_size=batch_size, shuffle=True, seed=0,
-                       device=device, buffer_size=buffer_size, resident=resident)
+    make = tl.Loader
+    if torch_tensors:
+        import tabloader.torch
+
+        make = tabloader.torch.Loader
+    loader = make(tl.Dataset(path, device=decode_on), batch_size=batch_size, shuffle=True, seed=0,
+                  device=device, buffer_size=buffer_size, resident=resident)
     rates = []
     for _ in range(2):
         start = time.perf_counter()
@@ -75,7 +83,18 @@ def tabloader_rows(path: str, batch_size: int, device: str, buffer_size: str) ->
         for resident, kind in ((False, "tabloader"), (True, "tabloader resident")):
             first, steady = run_tabloader(path, batch_size, device, buffer_size, resident, decode_on)
             results += [(f"{kind} (first epoch{how})", first), (f"{kind} (next epoch{how})", steady)]
+    if _has_torch():  # what a PyTorch user iterates, against the torch baselines: the last decoder, resident
+        _, steady = run_tabloader(path, batch_size, device, buffer_size, True, decoders[-1][0], torch_tensors=True)
+        results.append((f"tabloader.torch resident (next epoch{decoders[-1][1]})", steady))
     return results
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def run_ceiling(path: str, batch_size: int) -> float:
