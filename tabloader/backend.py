@@ -1092,7 +1092,7 @@ def list_column_from_arrow(array: Any, index: Any, name: Any, like: Any = None) 
 # The device half of the seam (re-exported: every module asks backend).
 from tabloader.device import (  # noqa: E402,F401
     ALIGNMENT, HOST, aligned_columns, aligned_empty, array_device, block_rows, column_major_chunks, copy_rows,
-    data_address,
+    current_gpu, data_address,
     device_context, empty_columns, flatnonzero, gather_columns, group_sums, host_staging, is_frame, is_host,
     on_host, permutation, pins_host_memory, reads_frames, repeat, resolve_frame_device, synchronize,
     synchronize_device_of, take_rows, wait_for, work_queued)

@@ -117,6 +117,18 @@ def device_context(device: Any) -> Callable[[], ContextManager]:
     return functools.partial(cuda.Device, index)
 
 
+def current_gpu(on_gpu: bool = True) -> int | None:
+    """The calling thread's current GPU (its index), or None when ``on_gpu`` is False (without
+    touching CUDA): part of the key of a cache whose entries live on a device, so that an entry
+    copied to one GPU is never handed to work on another.
+
+    Example:
+        >>> current_gpu(on_gpu=False) is None
+        True
+    """
+    return backend.cupy().cuda.runtime.getDevice() if on_gpu else None
+
+
 def synchronize(device: Any) -> None:
     """Wait until the work queued on ``device`` (the calling thread's current GPU) is done;
     nothing to wait for on the host."""

@@ -465,3 +465,29 @@ def test_encoded_schema_drops_raw_value_properties():
 def test_bad_num_buckets_are_refused_naming_operator_and_minimum(make, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make()
+
+
+def test_a_lookup_built_on_one_gpu_is_not_handed_to_work_on_another(monkeypatch):
+    """Lookups live on the GPU they were built on: work on another GPU builds its own, work
+    back on the first finds it again, and host lookups never ask CUDA. (A stand-in encoding
+    module named as the GPU one, and the current GPU patched: this machine has none.)"""
+    import types
+
+    from tabloader.encoding import cpu as cpu_encoding
+    from tabloader.ops.base import lookup_key
+
+    op = Categorify()
+    fit_transform(op, ["a"], pd.DataFrame({"a": ["x", "y", "x"]}))
+    current, built, asked = [0], [], []
+    monkeypatch.setattr(backend, "current_gpu", lambda on_gpu=True: asked.append(on_gpu) or (current[0] if on_gpu else None))
+    gpu = types.SimpleNamespace(__name__="tabloader.encoding.gpu",
+                                ValueLookup=lambda keys, op, what: built.append(current[0]) or object())
+    lookups = []
+    for device in (0, 1, 0, 1):
+        current[0] = device
+        lookups.append(op.encoders(["a"], gpu)[0][3])
+    assert built == [0, 1] and lookups[0] is lookups[2] and lookups[1] is lookups[3] and lookups[0] is not lookups[1]
+    asked.clear()
+    op.encoders(["a"], cpu_encoding)
+    assert asked == [False]
+    assert lookup_key(types.SimpleNamespace(__name__="cupy"), "p") == ("cupy", 1, "p")

@@ -244,6 +244,24 @@ class CachedLookups:
         return state
 
 
+_GPU_LIBRARIES = ("tabloader.encoding.gpu", "cupy")
+
+
+def lookup_key(library: Any, *parts: Any) -> tuple:
+    """A key of an operator's ``_lookup`` cache for an entry built with ``library`` (an encoding
+    module or an array library): its name, and for the GPU ones the calling thread's current
+    GPU -- an entry lives on the GPU it was built on, and work on another GPU builds its own.
+
+    Example:
+        >>> import numpy as np
+        >>> lookup_key(np, "C1")
+        ('numpy', None, 'C1')
+    """
+    from tabloader import backend
+
+    return (library.__name__, backend.current_gpu(library.__name__ in _GPU_LIBRARIES), *parts)
+
+
 def check_numeric(op: Operator, frame: Any, columns: Sequence[str], allow_lists: bool = False) -> None:
     """Raise a TypeError naming the operator, column and dtype for non-numeric columns; with
     ``allow_lists`` (element-wise operators) a list column is checked by its elements."""

@@ -34,7 +34,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.encoding.contract import cardinality, check_id_range, integer_dtype
 from tabloader.encoding.lists import holds_lists
-from tabloader.ops.base import CachedLookups, Columns, StatOperator, group_name
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, group_name, lookup_key
 from tabloader.ops.categorical_columns import categorical_schema, check_num_buckets, param_for
 from tabloader.ops.vocabulary_tables import VocabularyTables
 from tabloader.schema import ColumnSchema, Schema, Tags
@@ -295,12 +295,12 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
 
     def _get_lookup(self, enc: Any, kind: str, key: str, inputs: tuple[str, ...]) -> Any:
         cache = self.__dict__.setdefault("_lookup", {})
-        lookup = cache.get((enc.__name__, key))
+        lookup = cache.get(lookup_key(enc, key))
         if lookup is None:
             vocab = self._vocabulary(kind, key, inputs)
             value_cols = self._value_columns(kind, inputs)
             lookup = enc.ValueLookup([vocab[c] for c in value_cols], self, key)
-            cache[(enc.__name__, key)] = lookup  # two threads building it at once is harmless
+            cache[lookup_key(enc, key)] = lookup  # two threads building it at once is harmless
         return lookup
 
     def encoders(self, columns: Columns, enc: Any) -> list[tuple[str, tuple[str, ...], list[str], Any, int]]:

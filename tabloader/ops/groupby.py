@@ -25,7 +25,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.encoding.lists import holds_lists
 from tabloader.graph import Node
-from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric, group_name
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric, group_name, lookup_key
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -72,9 +72,9 @@ def key_rows(mask: Any, codes: Any, rows: int) -> tuple[Any, Any]:
 def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_columns: Sequence[str]) -> Any:
     """The lookup of ``table``'s keys for ``prefix``, built on first use and cached by the op."""
     cache = op.__dict__.setdefault("_lookup", {})
-    lookup = cache.get((enc.__name__, prefix))
+    lookup = cache.get(lookup_key(enc, prefix))
     if lookup is None:
-        lookup = cache[(enc.__name__, prefix)] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
+        lookup = cache[lookup_key(enc, prefix)] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
     return lookup
 
 
@@ -83,7 +83,7 @@ def cached_values(op: Any, like: Any, prefix: str, table: pd.DataFrame, columns:
     fitted table is copied to the device once per process, not per partition), cached by the op."""
     xp = backend.array_lib(like)
     cache = op.__dict__.setdefault("_lookup", {})
-    key = (xp.__name__, prefix, tuple(columns))
+    key = lookup_key(xp, prefix, tuple(columns))
     if key not in cache:
         cache[key] = xp.asarray(table[list(columns)].to_numpy(dtype=np.float64).reshape(len(table), len(columns)))
     return cache[key]

@@ -116,12 +116,13 @@ class JoinExternal(CachedLookups, Operator):
         26.10, which follows it in ``merge`` -- turn a numpy integer column into float64 (not
         exact beyond 2**53)."""
         cache = self.__dict__.setdefault("_lookup", {})
-        if device not in cache:
+        key = (device, backend.current_gpu(not backend.is_host(device)))  # a copy per GPU it is used on
+        if key not in cache:
             table = backend.to_frame_device(self._require_table(), device)
             ints = {c: backend.nullable_integer_name(d.name) for c, d in table.dtypes.items()
                     if c not in self.on_ext and isinstance(d, np.dtype) and d.kind in "iu"}  # keys as they are
-            cache[device] = table.astype(ints) if ints else table
-        return cache[device]
+            cache[key] = table.astype(ints) if ints else table
+        return cache[key]
 
     # --- graph -----------------------------------------------------------------------------
     def dependencies(self) -> list[str]:
