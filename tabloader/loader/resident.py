@@ -61,7 +61,7 @@ class ResidentPartitions:
         if self.budget is not None:
             rows = min(rows, int(self.budget // max(row_bytes, 1.0)))
         try:
-            self.store = empty(max(rows, 0))
+            self.store = empty(max(rows, 0)) or None  # no scalar column: nothing to store
         except MemoryError:
             self.store = None
 
