@@ -57,7 +57,12 @@ def native_builds():
     """Every kernel launch of the collections, compiled for an H100 (sm_90) without a GPU, by
     ``tests/_native_builds.py`` in a subprocess (the kernels must not be decorated for the
     interpreter there)."""
+    return _native_builds()
+
+
+def _native_builds(**env_vars: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(env_vars)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "1")
     proc = subprocess.run([sys.executable, os.path.join(HERE, "_native_builds.py"), "90"], cwd=ROOT,
@@ -89,6 +94,33 @@ def test_no_kernel_spills_registers(native_builds):
     memory on every row, at a cost the interpreter cannot show."""
     spilled = [b for b in native_builds["builds"] if b["spill_bytes"] or b["registers"] is None]
     assert not spilled, spilled
+
+
+def test_one_warp_update_kernels_compile_without_spills():
+    """The candidate launch that ``tools/gpu_checks.sh embedding_warps`` times on a GPU, one warp
+    per program for rows of up to 128 values (``TABLOADER_UPDATE_WARPS=1``), compiles for an
+    H100 without spills, within the persistent grid's registers, with 16-byte loads of 128-wide
+    rows, and row-wise Adagrad's accumulator still read before it is overwritten."""
+    from tabloader.torch.kernels import _PERSISTENT_WARPS_PER_SM, UPDATE_WARPS_ENV
+
+    builds = _native_builds(**{UPDATE_WARPS_ENV: "1"})
+    assert not builds["failures"], "\n".join(builds["failures"])
+    updates = [b for b in builds["builds"] if b["kernel"] in ("partial", "update")]
+    assert {b["num_warps"] for b in updates if b["constexprs"]["BLOCK_D"] <= 128} == {1}
+    assert not [b for b in builds["builds"] if b["spill_bytes"] or b["registers"] is None]
+    assert max(b["registers"] for b in updates) <= 65536 // (_PERSISTENT_WARPS_PER_SM * 32)
+    rows128 = [b for b in updates if b["constexprs"]["BLOCK_D"] == 128]
+    assert rows128 and all("ld.global.v4.b32" in b["loads"] for b in rows128)
+    assert not [b["constexprs"] for b in updates if b["scalar_rmw_unguarded"]]
+
+
+def test_update_warps_can_be_set_for_rows_of_up_to_128_values(monkeypatch):
+    from tabloader.torch.kernels import UPDATE_WARPS_ENV, _update_launch
+
+    monkeypatch.delenv(UPDATE_WARPS_ENV, raising=False)
+    assert [_update_launch(d) for d in (32, 128, 512)] == [(32, 1), (16, 2), (8, 4)]
+    monkeypatch.setenv(UPDATE_WARPS_ENV, "1")
+    assert [_update_launch(d) for d in (32, 128, 512)] == [(32, 1), (8, 1), (8, 4)]  # 512-wide rows keep 4
 
 
 def test_persistent_update_kernels_fit_an_sm_in_one_wave(native_builds):

@@ -5,7 +5,7 @@
 #   bash tools/gpu_checks.sh OUT_DIR [STEP ...]
 #
 # STEP is one of: env tests loader embedding offload workflow workflow_strings demo profiles data50m
-# workflow50m profile50m sweep50m workflow_polars_gpu (default: all but the last two, in that order). A step that fails does not stop
+# workflow50m profile50m sweep50m workflow_polars_gpu embedding_warps (default: all but the last three, in that order). A step that fails does not stop
 # the others; OUT_DIR/summary.txt lists each step's exit code and seconds, and the script exits
 # non-zero if any step failed. Steps are sized to fit the device tool's 10-minute call together
 # (on an H100, 2026-11-24: tests ~5 min with -n 4, each benchmark 0.5-1.5 min); run
@@ -114,6 +114,16 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
         --data "$bench_data/loader" --batch-sizes 4096 65536 ;;
     embedding)
       run_step embedding "$py" benchmarks/embedding.py --device cuda --json "$out/embedding.json" ;;
+    embedding_warps)  # the fused and graphed steps with the update kernels' warps per program for 128-wide rows
+                      # (TABLOADER_UPDATE_WARPS; the default is 2): does one warp (twice the rows in flight, 16-byte
+                      # loads, no barriers) bring graphed Adam from 1.70 ms to the 1.51 ms of 50% of peak?
+      for warps in ${EMBEDDING_WARPS:-2 1}; do
+        run_step "embedding_warps$warps" env TABLOADER_UPDATE_WARPS="$warps" "$py" benchmarks/embedding.py \
+          --device cuda --methods fused,graphed --json "$out/embedding_warps$warps.json"
+      done
+      for log in "$out"/embedding_warps*.log; do
+        echo "== $(basename "$log" .log)"; grep -h '^| \(fused\|graphed\)' "$log"
+      done >"$out/embedding_warps.txt" ;;
     offload)
       run_step offload "$py" benchmarks/offload.py --device cuda --trace-dir "$out/offload-trace"
       # the operator tables in the log too: the chrome traces are too large to bring back
@@ -204,7 +214,7 @@ raw_criteo('$bench_data/raw50m', 50_000_000, 50)" ;;
       fi ;;
     *)
       echo "unknown step $step; steps: env tests loader embedding offload workflow workflow_strings demo profiles data50m" \
-        "workflow50m profile50m sweep50m workflow_polars_gpu" >&2
+        "workflow50m profile50m sweep50m workflow_polars_gpu embedding_warps" >&2
       exit 2 ;;
   esac
 done

@@ -43,6 +43,7 @@ arithmetic.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 # Importing Triton for the first time after TensorFlow kills the process (LLVM options
@@ -79,6 +80,7 @@ _SM_REGISTERS = 65536  # 32-bit registers of a streaming multiprocessor (A100, H
 # can run), so that the whole grid is resident in one wave
 _PERSISTENT_WARPS_PER_SM = _SM_REGISTERS // (_THREADS_PER_WARP * _UPDATE_MAX_REGISTERS)
 HOST_PROGRAMS = 4  # programs of the persistent kernels off the GPU, where the interpreter runs them in turn
+UPDATE_WARPS_ENV = "TABLOADER_UPDATE_WARPS"  # warps per program of the update kernels, for measuring (see _update_launch)
 
 
 def _block_d(dim: int) -> int:
@@ -88,8 +90,13 @@ def _block_d(dim: int) -> int:
 def _update_launch(block_d: int) -> tuple[int, int]:
     """(entries per loop iteration, warps) of the update kernels: ``_UPDATE_REGISTERS`` fp32
     registers per thread for the gradient tile; small rows get one or two warps so that many
-    rows are in flight."""
-    warps = 1 if block_d <= 32 else 2 if block_d <= 128 else 4
+    rows are in flight. ``TABLOADER_UPDATE_WARPS=n`` sets the warps for rows of up to 128 values
+    instead, for measuring (``tools/gpu_checks.sh embedding_warps``): one warp per 128-wide row
+    compiles for an H100 without barriers, spills or narrower loads, but has never been timed."""
+    if block_d > 128:
+        warps = 4  # one warp for 512-wide Adam rows spills registers
+    else:
+        warps = int(os.environ.get(UPDATE_WARPS_ENV) or (1 if block_d <= 32 else 2))
     entries = (_UPDATE_REGISTERS * _THREADS_PER_WARP * warps) // block_d
     return max(1, min(_UPDATE_MAX_ENTRIES, entries)), warps
 
