@@ -6,6 +6,7 @@ reading of what tabloader wrote), never from tabloader itself.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -760,6 +761,101 @@ def test_to_parquet_with_distributed_client(tmp_path, df):
         if f.endswith(".parquet"):
             assert pq.read_table(tmp_path / "local" / f).equals(pq.read_table(tmp_path / "dist" / f))
     assert (tmp_path / "local" / "_schema.json").read_text() == (tmp_path / "dist" / "_schema.json").read_text()
+
+
+# --- a Dask DataFrame after shared work: the shared work is computed once ---------------------
+def _counted_piece(frame: pd.DataFrame, markers: str, index: int) -> pd.DataFrame:
+    """Every third row of ``frame`` from row ``index``, leaving a file in ``markers`` each time it runs."""
+    with open(os.path.join(markers, f"{index}-{uuid.uuid4().hex}"), "w"):
+        pass
+    return frame.iloc[index::3]
+
+
+def _shuffled_dask_frame(frame: pd.DataFrame, markers) -> dd.DataFrame:
+    """``frame`` built by 3 counted upstream tasks and shuffled by ``c`` into 5 partitions: each
+    partition needs all 3 (computing the partitions one by one runs them 15 times)."""
+    pieces = [dask.delayed(_counted_piece)(frame, str(markers), i) for i in range(3)]
+    with dask.config.set({"dataframe.convert-string": False}):  # keep pandas' own str dtype
+        return dd.from_delayed(pieces, meta=frame.iloc[:0]).shuffle("c", npartitions=5)
+
+
+def _upstream_runs(markers) -> list[int]:
+    """The upstream pieces that ran since the last call, by number, sorted; the markers removed."""
+    names = sorted(os.listdir(markers))
+    for name in names:
+        os.remove(os.path.join(markers, name))
+    return sorted(int(name.split("-")[0]) for name in names)
+
+
+def _read_back(path) -> pd.DataFrame:
+    return read_by_pandas(lambda: pd.read_parquet(path))
+
+
+def _written(path) -> pd.DataFrame:
+    return _read_back(path).sort_values("id").reset_index(drop=True)
+
+
+def _write_and_transform_the_shuffled_frame(df: pd.DataFrame, tmp_path) -> None:
+    """A shuffled Dask DataFrame written as it is and through a fitted workflow: the upstream
+    tasks run once each per write, the rows are the frame's (a workflow's, computed by pandas)."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    ds = Dataset(_shuffled_dask_frame(df, markers))
+    assert ds.npartitions == 5 and _upstream_runs(markers) == []  # opening it computes nothing
+    ds.to_parquet(str(tmp_path / "plain"), output_files=2, progress=False)
+    assert _upstream_runs(markers) == [0, 1, 2]
+    pd.testing.assert_frame_equal(_written(tmp_path / "plain"), df, check_dtype=False)
+
+    wf = tl.Workflow((["x"] >> tl.ops.Normalize(out_dtype="float64")) + ["id", "c"], progress=False).fit(ds)
+    _upstream_runs(markers)  # the fit's own
+    wf.transform(ds).to_parquet(str(tmp_path / "transformed"), progress=False)
+    assert _upstream_runs(markers) == [0, 1, 2]
+    got = _written(tmp_path / "transformed")
+    np.testing.assert_allclose(got["x"], (df["x"] - df["x"].mean()) / df["x"].std(ddof=0), rtol=1e-12)
+    np.testing.assert_array_equal(got["c"], df["c"])
+
+
+def test_a_shuffled_dask_frame_is_written_computing_the_shuffle_once(tmp_path, df):
+    _write_and_transform_the_shuffled_frame(df, tmp_path)
+
+
+def test_a_shuffled_dask_frame_is_written_computing_the_shuffle_once_under_a_client(tmp_path, df):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        _write_and_transform_the_shuffled_frame(df, tmp_path)
+
+
+def test_an_error_transforming_a_dask_frame_names_the_partition(tmp_path, df):
+    """A transform refusing a row of a Dask DataFrame's partition, computed by Dask: the error names it."""
+    def refuse_id_1000(frame):
+        if (frame["id"] == 1000).any():
+            raise ValueError("id 1000 refused")
+        return frame
+
+    with dask.config.set({"dataframe.convert-string": False}):
+        ds = Dataset(dd.from_pandas(df, npartitions=5))  # rows 960.. in the last partition
+    refusing = ds.with_transform(refuse_id_1000, ds.schema)
+    with pytest.raises(ValueError, match=r"id 1000 refused \[partition 4 \(partition 4 of the Dask DataFrame\)\]"):
+        refusing.to_parquet(str(tmp_path / "out"), progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_seed_orders_a_dask_frames_rows_by_partition_and_seed(tmp_path, df):
+    """``shuffle=True, seed=s`` writes partition ``order[i]`` (``order`` a permutation drawn from
+    ``s``) as file ``i``, its rows permuted by the generator of ``[s, order[i]]``, as when each
+    partition was computed on its own: a seed gives the files it gave. (Not a shuffled collection:
+    Dask orders the rows of its partitions differently computed together than one by one.)"""
+    with dask.config.set({"dataframe.convert-string": False}):
+        ddf = dd.from_pandas(df, npartitions=5)
+    Dataset(ddf).to_parquet(str(tmp_path / "out"), shuffle=True, seed=7, progress=False)
+    bounds = [*ddf.divisions[:-1], len(df)]  # the frame's row numbers (the last division is its last row)
+    parts = [df.iloc[start:stop].reset_index(drop=True) for start, stop in itertools.pairwise(bounds)]
+    order = np.random.default_rng(7).permutation(5)
+    for i, index in enumerate(order):
+        rows = np.random.default_rng([7, int(index)]).permutation(len(parts[index]))
+        expected = parts[index].iloc[rows].reset_index(drop=True)
+        pd.testing.assert_frame_equal(_read_back(tmp_path / "out" / f"part_{i:05d}.parquet"), expected, check_dtype=False)
 
 
 # --- transforms -------------------------------------------------------------------------------

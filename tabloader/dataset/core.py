@@ -273,11 +273,9 @@ class Dataset:
         """One Dask delayed object per partition."""
         from tabloader.scheduler import shared_calls
 
-        frames = self._source.delayed_frames(_read_columns(self._transforms, columns))
-        if frames is not None:  # a Dask collection: its own partitions, then the transforms
-            if not self._transforms:
-                return frames
-            return shared_calls(_Transforms(self._transforms, columns), [(f,) for f in frames], "transform")
+        frames = delayed_from_source(self, columns)
+        if frames is not None:
+            return frames
         return shared_calls(_PartitionReader(self, columns), [(i,) for i in range(self.npartitions)], "read")
 
     def _map_partitions_compute(self, function: Callable[[Any], Any], desc: str, progress: bool = False) -> list:
@@ -321,7 +319,11 @@ class Dataset:
 
         Args:
             path: output directory (local or fsspec URL).
-            output_files: number of files (default: one per partition, at most that many).
+            output_files: number of files (default: one per partition, at most that many). A
+                file's partitions are read one at a time, except from a Dask DataFrame (or a frame
+                under a distributed client): Dask computes them from one graph, so that work they
+                share (a shuffle, a merge) runs once, and a file's task holds its partitions
+                together -- with fewer files than partitions, that many partitions in memory.
             shuffle: shuffle rows within each partition and the order of partitions.
             row_group_size: rows per parquet row group (default: pyarrow's; for a dataset on the GPU
                 cuDF's, whose writer groups rows in whole 5,000-row fragments: a smaller size warns).
@@ -364,15 +366,35 @@ def _transformed(frame: Any, transforms: Sequence[Any], columns: Sequence[str] |
     return frame[list(columns)] if columns is not None and transforms else frame
 
 
+def delayed_from_source(dataset: Dataset, columns: Sequence[str] | None = None) -> list[Any] | None:
+    """The partitions of ``dataset`` as Dask delayed objects made of its source's own tasks (a Dask
+    collection's graph, a frame scattered to a cluster), transforms applied; None for a source
+    without them, whose partitions are read one by one (:meth:`Dataset.read_partition`).
+
+    Computed together, they share the collection's graph: work upstream of several partitions (a
+    shuffle, a merge) runs once, where computing the partitions one by one runs it for each."""
+    from tabloader.scheduler import shared_calls
+
+    frames = dataset._source.delayed_frames(_read_columns(dataset._transforms, columns))
+    if frames is None or not dataset._transforms:
+        return frames
+    where = [partition_name(dataset, i) for i in range(len(frames))]
+    return shared_calls(_Transforms(dataset._transforms, columns), list(zip(frames, where)), "transform")
+
+
 class _Transforms:
     """A picklable callable applying a dataset's transforms to a partition read by Dask (it holds
-    the transforms, not the source: a Dask collection's graph is not copied into it)."""
+    the transforms, not the source: a Dask collection's graph is not copied into it); an error
+    names the partition (``where``)."""
 
     def __init__(self, transforms: Sequence[Any], columns: Sequence[str] | None) -> None:
         self.transforms, self.columns = list(transforms), columns
 
-    def __call__(self, frame: Any) -> Any:
-        return _transformed(frame, self.transforms, self.columns)
+    def __call__(self, frame: Any, where: str) -> Any:
+        try:
+            return _transformed(frame, self.transforms, self.columns)
+        except Exception as exc:
+            raise naming_partition(exc, where)
 
 
 class _PartitionReader:
@@ -391,7 +413,12 @@ def read_partition_naming_it(dataset: Dataset, index: int, columns: Sequence[str
     try:
         return dataset.read_partition(index, columns)
     except Exception as exc:
-        raise naming_partition(exc, f"partition {index} ({dataset.describe_partition(index)})")
+        raise naming_partition(exc, partition_name(dataset, index))
+
+
+def partition_name(dataset: Dataset, index: int) -> str:
+    """Partition ``index`` of ``dataset`` and what it is read from, as an error names it."""
+    return f"partition {index} ({dataset.describe_partition(index)})"
 
 
 def naming_partition(exc: Exception, where: str) -> Exception:

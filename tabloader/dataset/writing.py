@@ -3,8 +3,10 @@
 The directory is assembled under a temporary name and renamed when every file is complete
 (:func:`tabloader.atomic_files.atomic_directory`); each output file is written by one Dask task
 streaming its group of partitions, one partition in memory at a time (a GPU file with naive
-timestamps is written whole: see :class:`_DeviceFileWriter`). Host partitions (pandas) are
-written by pyarrow's writer, GPU partitions (cuDF) by cuDF's writer, from the device: a
+timestamps is written whole: see :class:`_DeviceFileWriter`) -- except where the source has Dask
+tasks of its own (a Dask DataFrame, a frame scattered to a cluster): the task then receives its
+group's partitions, computed by Dask from one graph (see :class:`_Partitions`). Host partitions
+(pandas) are written by pyarrow's writer, GPU partitions (cuDF) by cuDF's writer, from the device: a
 partition never travels to the host to be written -- except those of a dataset with dates or
 time-zoned timestamps, which cuDF's writer would give other types than the CPU's (dates as
 timestamps, zones lost): they are copied to the host and written by pyarrow.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -41,6 +43,7 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
                   row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
                   progress: bool = True, compression: str = "snappy", partition_on: Sequence[str] | None = None) -> str:
     """Write the rows of ``dataset`` under directory ``path``: see :meth:`Dataset.to_parquet`."""
+    from tabloader.dataset.core import delayed_from_source
     from tabloader.scheduler import compute_tasks, shared_calls
 
     n_files = min(dataset.npartitions if output_files is None else output_files, dataset.npartitions)
@@ -50,35 +53,62 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
     if shuffle:
         order = np.random.default_rng(seed).permutation(order)
     groups = [g.tolist() for g in np.array_split(order, n_files)]
+    frames = delayed_from_source(dataset)
+    # Given frames, the writer holds no dataset: it would copy the source's graph into the writer.
+    partitions = _Partitions(dataset if frames is None else None, shuffle, seed)
     meta = dataset.meta()
     if partition_on is not None:
-        writer: Any = _partitioned_writer(dataset, meta, partition_on, path, row_group_size, compression, shuffle, seed)
+        writer: Any = _partitioned_writer(dataset, meta, partition_on, path, row_group_size, compression, partitions)
     elif backend.is_gpu_object(meta) and not _written_from_the_host(meta, dataset.schema):
-        writer = _DeviceFileWriter(dataset, meta.dtypes, row_group_size, cudf_compression(compression), shuffle, seed)
+        writer = _DeviceFileWriter(partitions, meta.dtypes, row_group_size, cudf_compression(compression))
     elif backend.is_gpu_object(meta):
-        writer = _FileWriter(dataset, _host_arrow_schema(meta, dataset.schema), row_group_size, compression,
-                             shuffle, seed)
+        writer = _FileWriter(partitions, _host_arrow_schema(meta, dataset.schema), row_group_size, compression)
     else:
-        writer = _FileWriter(dataset, output_arrow_schema(meta, dataset.schema), row_group_size, compression,
-                             shuffle, seed)
+        writer = _FileWriter(partitions, output_arrow_schema(meta, dataset.schema), row_group_size, compression)
     with atomic_directory(path, overwrite=overwrite) as tmp:
-        tasks = shared_calls(writer, [(group, join(tmp, f"part_{i:05d}.parquet")) for i, group in enumerate(groups)],
-                             "write")
+        files = [join(tmp, f"part_{i:05d}.parquet") for i in range(n_files)]
+        # The source's frames are the inputs of the tasks of their files, so that one compute
+        # computes their graph once (a shuffle feeding every partition runs once, not per partition).
+        tasks = shared_calls(writer, [(group, file) if frames is None else (group, file, [frames[i] for i in group])
+                                      for group, file in zip(groups, files)], "write")
         compute_tasks(tasks, f"writing {path}", progress=progress, device=dataset.device)
         dataset.schema.save(join(tmp, SCHEMA_FILE_NAME))
     return path
 
 
+class _Partitions:
+    """The partitions of a file's group, one at a time, on the dataset's device, their rows
+    shuffled when asked: the order is drawn on the host from ``[seed, index]``, so a seed gives the
+    same files on CPU and GPU, and whether a partition was read here or computed by Dask.
+
+    Without ``computed`` frames, each partition is read here (one in memory at a time). A
+    source with Dask tasks of its own (:func:`~tabloader.dataset.core.delayed_from_source`) gives
+    them computed instead: they are the write task's inputs, so Dask holds the group's
+    partitions in memory together until the file is written, and may compute partitions of other
+    groups before their files' tasks run -- the price of computing the source's graph once.
+    ``dataset`` is then None.
+    """
+
+    def __init__(self, dataset: "Dataset | None", shuffle: bool, seed: int | None) -> None:
+        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
+
+    def __call__(self, indexes: list[int], computed: list[Any] | None) -> Iterator[Any]:
+        from tabloader.dataset.core import read_partition_naming_it
+
+        for position, index in enumerate(indexes):
+            frame = read_partition_naming_it(self.dataset, index) if computed is None else computed[position]
+            yield _shuffled(frame, index, self.shuffle, self.seed)
+
+
 class _FileWriter:
-    """Streams a group of partitions into one parquet file (one partition in memory at a time)."""
+    """Streams a group of partitions into one parquet file (see :class:`_Partitions`)."""
 
-    def __init__(self, dataset: "Dataset", arrow_schema: Any, row_group_size: int | None, compression: str,
-                 shuffle: bool, seed: int | None) -> None:
-        self.dataset, self.arrow_schema = dataset, arrow_schema
+    def __init__(self, partitions: _Partitions, arrow_schema: Any, row_group_size: int | None,
+                 compression: str) -> None:
+        self.partitions, self.arrow_schema = partitions, arrow_schema
         self.row_group_size, self.compression = row_group_size, compression
-        self.shuffle, self.seed = shuffle, seed
 
-    def __call__(self, partitions: list[int], path: str) -> int:
+    def __call__(self, indexes: list[int], path: str, computed: list[Any] | None = None) -> int:
         fs, fs_path = filesystem(path)
         rows = 0
         # Local files are written by pyarrow's native writer (no Python file object, no GIL). The
@@ -88,13 +118,12 @@ class _FileWriter:
         writer = None  # opened at the first partition, whose values choose the dictionary-encoded columns
         with sink as f:
             try:
-                for index in partitions:
-                    frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
-                    table = _cast_to(arrow_table(frame), self.arrow_schema, path)
+                for frame in self.partitions(indexes, computed):
+                    table = _cast_to(arrow_table(backend.to_host(frame)), self.arrow_schema, path)
                     if writer is None:
                         writer = self._parquet_writer(f, table)
                     writer.write_table(table, row_group_size=self.row_group_size)
-                    rows += len(frame)
+                    rows += len(table)
                 if writer is None:  # no partition: an empty file of the schema
                     writer = self._parquet_writer(f, None)
             finally:
@@ -141,13 +170,13 @@ def _host_arrow_schema(meta: Any, schema: Schema) -> Any:
 
 
 def _partitioned_writer(dataset: "Dataset", meta: Any, partition_on: Sequence[str], path: str,
-                        row_group_size: int | None, compression: str, shuffle: bool, seed: int | None) -> Any:
+                        row_group_size: int | None, compression: str, partitions: _Partitions) -> Any:
     if backend.is_gpu_object(meta):
         raise ValueError(f"partition_on: {path} would be written from a dataset on the GPU, and key=value folders "
                          "are written from the host only so far: read the data with device='cpu' to write them")
     keys = check_keys(meta, partition_on, f"the dataset written to {path}")
     schema = output_arrow_schema(meta.drop(columns=keys), dataset.schema)
-    return _PartitionedFileWriter(dataset, schema, keys, row_group_size, compression, shuffle, seed)
+    return _PartitionedFileWriter(partitions, schema, keys, row_group_size, compression)
 
 
 class _PartitionedFileWriter(_FileWriter):
@@ -155,21 +184,20 @@ class _PartitionedFileWriter(_FileWriter):
     ``key=value`` folders (see :mod:`tabloader.dataset.hive_folders`), under the group's file
     name: ``dt=2024-12-01/part_00003.parquet`` holds that day's rows of group 3."""
 
-    def __init__(self, dataset: "Dataset", arrow_schema: Any, keys: list[str], row_group_size: int | None,
-                 compression: str, shuffle: bool, seed: int | None) -> None:
-        super().__init__(dataset, arrow_schema, row_group_size, compression, shuffle, seed)
+    def __init__(self, partitions: _Partitions, arrow_schema: Any, keys: list[str], row_group_size: int | None,
+                 compression: str) -> None:
+        super().__init__(partitions, arrow_schema, row_group_size, compression)
         self.keys = keys
 
-    def __call__(self, partitions: list[int], path: str) -> int:
+    def __call__(self, indexes: list[int], path: str, computed: list[Any] | None = None) -> int:
         directory, name = path.rsplit("/", 1)
         fs, _ = filesystem(path)
         sinks: dict[str, Any] = {}
         writers: dict[str, Any] = {}
         rows = 0
         try:
-            for index in partitions:
-                frame = backend.to_host(_read_shuffled(self.dataset, index, self.shuffle, self.seed))
-                for folder, part in split_by_keys(frame, self.keys):
+            for frame in self.partitions(indexes, computed):
+                for folder, part in split_by_keys(backend.to_host(frame), self.keys):
                     table = _cast_to(arrow_table(part), self.arrow_schema, path)
                     if folder not in writers:
                         file_path = join(join(directory, folder), name)
@@ -215,27 +243,25 @@ class _DeviceFileWriter:
     to 5,000 rows, and a warning says so.
     """
 
-    def __init__(self, dataset: "Dataset", dtypes: Any, row_group_size: int | None, compression: str | None,
-                 shuffle: bool, seed: int | None) -> None:
+    def __init__(self, partitions: _Partitions, dtypes: Any, row_group_size: int | None,
+                 compression: str | None) -> None:
         if row_group_size is not None and row_group_size < CUDF_FRAGMENT_ROWS:
             warnings.warn(f"row_group_size={row_group_size}: cuDF's parquet writer (a dataset on the GPU) makes row "
                           f"groups of whole {CUDF_FRAGMENT_ROWS:,}-row page fragments, so its row groups hold up to "
                           f"{CUDF_FRAGMENT_ROWS:,} rows; write from the CPU (device='cpu') for smaller ones",
                           UserWarning, stacklevel=4)
-        self.dataset, self.dtypes = dataset, dtypes
+        self.partitions, self.dtypes = partitions, dtypes
         self.row_group_size, self.compression = row_group_size, compression
-        self.shuffle, self.seed = shuffle, seed
         self.whole = bool(_naive_timestamps(dtypes))
 
-    def __call__(self, partitions: list[int], path: str) -> int:
+    def __call__(self, indexes: list[int], path: str, computed: list[Any] | None = None) -> int:
         fs, fs_path = filesystem(path)
         local = is_local(fs)
         sink = fs_path if local else fs.open(fs_path, "wb")  # local files: cuDF's native writer
         options = {"index": False, "compression": self.compression}
         if self.row_group_size is not None:
             options["row_group_size_rows"] = self.row_group_size
-        frames = (conform_dtypes(_read_shuffled(self.dataset, index, self.shuffle, self.seed), self.dtypes, path)
-                  for index in partitions)
+        frames = (conform_dtypes(frame, self.dtypes, path) for frame in self.partitions(indexes, computed))
         try:
             if self.whole:
                 frame = backend.concat(list(frames), ignore_index=True)
@@ -265,12 +291,8 @@ def _naive_timestamps(dtypes: Any) -> list[str]:
             if getattr(dtype, "kind", "") == "M" and getattr(dtype, "tz", None) is None]
 
 
-def _read_shuffled(dataset: "Dataset", index: int, shuffle: bool, seed: int | None) -> Any:
-    """Partition ``index`` of ``dataset`` on its device, its rows shuffled when asked: the order is
-    drawn on the host from ``[seed, index]``, so a seed gives the same files on CPU and GPU."""
-    from tabloader.dataset.core import read_partition_naming_it
-
-    frame = read_partition_naming_it(dataset, index)
+def _shuffled(frame: Any, index: int, shuffle: bool, seed: int | None) -> Any:
+    """Partition ``index``, ``frame``, its rows shuffled when asked, in the order drawn from ``[seed, index]``."""
     if shuffle:
         order = np.random.default_rng(None if seed is None else [seed, index]).permutation(len(frame))
         frame = frame.take(backend.asarray(order, backend.frame_device(frame)))
