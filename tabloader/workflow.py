@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 from tabloader import backend, saved_workflow
 from tabloader.dataset import Dataset
-from tabloader.dataset.core import naming_partition
+from tabloader.dataset.core import naming_partition, partition_name
 from tabloader.graph import Node, OpNode, column_origins
 from tabloader.ops.base import NotFittedError, StatOperator
 from tabloader.plan import Plan
@@ -116,7 +116,7 @@ class Workflow:
     def _fit_phase(self, plan: Plan, dataset: Dataset, nodes: list[OpNode], desc: str, progress: bool) -> None:
         from tabloader.scheduler import compute_tasks, shared_calls
 
-        where = [f"partition {i} ({dataset.describe_partition(i)})" for i in range(dataset.npartitions)]
+        where = [partition_name(dataset, i) for i in range(dataset.npartitions)]
         parts = shared_calls(_PartialStats(plan, nodes), list(zip(dataset.to_delayed(plan.input_columns), where)),
                              "partial-stats")
         merge = _MergeStats(nodes)
