@@ -80,6 +80,7 @@ class StandInCupy:
     returns a plain numpy copy."""
 
     ndarray = DeviceArray
+    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0))  # one GPU, the current one
 
     def __init__(self) -> None:
         self.reads = 0
