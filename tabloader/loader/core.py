@@ -251,9 +251,11 @@ class Loader:
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
                resident: frozenset[int]) -> Chunk:
         with self._on_device():
-            chunk = self.resident.chunk_of(spec, resident) if self.resident is not None else None
+            sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
+            chunk = None
+            if self.resident is not None:  # kept partitions only: gathered in place, not copied
+                sources, chunk = self.resident.in_place(spec, sources)
             if chunk is None:
-                sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
                 chunk = buffer.fill(spec, sources)  # takes them one at a time: a partition is freed once packed
             chunk = self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
             chunk.ready = backend.work_queued(self.device)

@@ -8,14 +8,16 @@ untouched, and what does not fit is read as usual.
 
 In host memory (scalar columns only) the kept partitions are packed one after the other into a
 store, one array per dtype reserved when the first epoch starts, and a chunk made of kept
-partitions only is not copied at all: its batches are gathered from the store in place, by the
-chunk's permutation mapped to store rows (:meth:`ResidentPartitions.chunk_of`). Copying each
+partitions only is not copied at all, from the first epoch on: its batches are gathered from
+the store in place, by the chunk's permutation mapped to store rows
+(:meth:`ResidentPartitions.in_place`). Copying each
 chunk into the chunk buffer first took a third of a resident epoch's work on the CPU.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import itertools
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -105,18 +107,23 @@ class ResidentPartitions:
         self.nbytes += packed.nbytes
         return packed
 
-    def chunk_of(self, spec: ChunkSpec, resident: frozenset[int]) -> Chunk | None:
-        """``spec``'s chunk gathered from the store in place, when each of its segments is of a
-        partition in the store and in ``resident`` (the epoch's snapshot); else None. Its
-        ``groups`` are the whole store and ``rows`` the store rows of its rows, in order."""
-        segments = spec.segments
-        if self.store is None or not all(s.partition in resident and s.partition in self._first_row
-                                         for s in segments):
-            return None
-        first = [self._first_row[s.partition] for s in segments]
-        rows = np.concatenate([np.arange(f + s.start, f + s.stop, dtype=np.int64) for f, s in zip(first, segments)]
-                              or [np.zeros(0, np.int64)])
-        return Chunk(spec, self.store, {}, rows=rows)
+    def in_place(self, spec: ChunkSpec, sources: Iterator[Any]) -> tuple[Iterator[Any], Chunk | None]:
+        """``spec``'s chunk gathered from the store in place, as ``(sources, chunk)``, when every
+        one of its segments' partitions is in the store once its rows (``sources``: one per
+        segment, kept as they are produced) are taken; else ``(rows, None)``, the rows taken so
+        far followed by the rest, for the chunk buffer. It stops taking at the first partition
+        outside the store, so that at most one decoded partition is held. A chunk in place has
+        the whole store as ``groups`` and the store rows of its rows, in order, as ``rows``."""
+        if self.store is None:
+            return sources, None
+        taken = []
+        for segment, source in zip(spec.segments, sources):
+            taken.append(source)
+            if segment.partition not in self._first_row:
+                return itertools.chain(taken, sources), None
+        rows = [np.arange(self._first_row[s.partition] + s.start, self._first_row[s.partition] + s.stop, dtype=np.int64)
+                for s in spec.segments]
+        return iter(()), Chunk(spec, self.store, {}, rows=np.concatenate(rows or [np.zeros(0, np.int64)]))
 
     def __repr__(self) -> str:
         budget = "no limit" if self.budget is None else f"{self.budget} bytes"
