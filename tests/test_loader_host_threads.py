@@ -3,6 +3,8 @@ fancy indexing gives, and a failing share is raised only after every share has f
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -44,3 +46,25 @@ def test_run_all_waits_for_every_call_before_raising():
 def test_parts_keeps_each_share_large_enough(monkeypatch):
     monkeypatch.setattr(host_threads, "THREADS", 8)
     assert [host_threads.parts(n, 2048) for n in (0, 2047, 4096, 10_000, 10**6)] == [1, 1, 2, 4, 8]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_gathers_with_threads_of_its_own(tmp_path):
+    """A child forked after the pool started (a multiprocessing worker) has none of its threads:
+    a gather there must not wait for them for ever."""
+    rng = np.random.default_rng(0)
+    buf = rng.integers(0, 100, (70_000, 3))
+    idx = rng.permutation(70_000)[:65_536]
+    out = backend.empty_columns(3, len(idx), "int64", like=buf)
+    _gather_columns(buf, idx, out)  # the parent's pool is running now
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its gather completes and is right
+        try:
+            signal.alarm(20)
+            again = backend.empty_columns(3, len(idx), "int64", like=buf)
+            _gather_columns(buf, idx, again)
+            os._exit(0 if np.array_equal(again, buf[idx].T) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -11,9 +11,11 @@ import concurrent.futures
 import os
 from typing import Callable, Sequence
 
-THREADS = min(8, os.cpu_count() or 1)
+THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 _POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: it makes its own pool
+    os.register_at_fork(after_in_child=_POOL.clear)
 
 
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
