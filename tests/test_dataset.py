@@ -510,9 +510,10 @@ def _dictionary_encoded(path) -> dict[str, bool]:
 @pytest.mark.parametrize("partition_on", [None, ["day"]])
 def test_to_parquet_writes_mostly_distinct_floats_without_a_dictionary(tmp_path, partition_on):
     """A float column of distinct values (Normalize's output) is written plainly: pyarrow would
-    build a 1 MB dictionary per column chunk and drop it. Ids, strings and floats with few
-    values keep their dictionaries; every value comes back as written."""
-    n = 40_000  # 10,000 rows per file and day, above the 8,192 sampled
+    build a 1 MB dictionary per column chunk and drop it. Ids, strings and floats whose
+    dictionary fits a page (counts, prices) keep their dictionaries; every value comes back as
+    written."""
+    n = 80_000  # 20,000 rows per file and day, above the 8,192 sampled
     rng = np.random.default_rng(3)
     src = pd.DataFrame({
         "day": np.tile(["mon", "tue"], n // 2),
@@ -520,10 +521,13 @@ def test_to_parquet_writes_mostly_distinct_floats_without_a_dictionary(tmp_path,
         "dense": rng.standard_normal(n).astype("float32"),
         "dense64": rng.standard_normal(n),
         "counts": np.log1p(rng.integers(0, 40, n)).astype("float32"),  # 40 distinct values
+        "price": rng.integers(0, 9_000, n) * 0.01,  # 9,000 prices: their dictionary (72 KB) fits a page
         "word": pd.Series(rng.choice(["a", "b", "c"], n), dtype=STRING_DTYPE),
     })
     out = tmp_path / "out"
-    Dataset(src, part_size="1MB").to_parquet(str(out), output_files=2, progress=False, partition_on=partition_on)
+    ds = Dataset(src, part_size="2200KB")
+    assert ds.npartitions == 2
+    ds.to_parquet(str(out), output_files=2, progress=False, partition_on=partition_on)
 
     files = sorted(str(p) for p in out.rglob("*.parquet"))
     assert len(files) == 2 * (1 if partition_on is None else 2)
