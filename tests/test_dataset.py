@@ -800,15 +800,25 @@ def _written(path) -> pd.DataFrame:
 
 
 def _write_and_transform_the_shuffled_frame(df: pd.DataFrame, tmp_path) -> None:
-    """A shuffled Dask DataFrame written as it is and through a fitted workflow: the upstream
-    tasks run once each per write, the rows are the frame's (a workflow's, computed by pandas)."""
+    """A shuffled Dask DataFrame written as it is and through a fitted workflow, a file per
+    partition: the upstream tasks run once each per write, the rows are the frame's (a
+    workflow's, computed by pandas)."""
+    from tabloader.scheduler import active_client
+
     markers = tmp_path / "markers"
     markers.mkdir()
     ds = Dataset(_shuffled_dask_frame(df, markers))
     assert ds.npartitions == 5 and _upstream_runs(markers) == []  # opening it computes nothing
-    ds.to_parquet(str(tmp_path / "plain"), output_files=2, progress=False)
+    ds.to_parquet(str(tmp_path / "plain"), progress=False)  # a file per partition
     assert _upstream_runs(markers) == [0, 1, 2]
     pd.testing.assert_frame_equal(_written(tmp_path / "plain"), df, check_dtype=False)
+    # Fewer files than partitions: a file's partitions are computed one at a time, each on its own
+    # (a task holding them all at once could hold the whole collection), the upstream with each;
+    # under a client from one graph (a task computing on the cluster would wait for its threads).
+    ds.to_parquet(str(tmp_path / "grouped"), output_files=2, progress=False)
+    runs = [0, 1, 2] if active_client() is not None else sorted([0, 1, 2] * 5)
+    assert _upstream_runs(markers) == runs and len(os.listdir(tmp_path / "grouped")) == 3
+    pd.testing.assert_frame_equal(_written(tmp_path / "grouped"), df, check_dtype=False)
 
     wf = tl.Workflow((["x"] >> tl.ops.Normalize(out_dtype="float64")) + ["id", "c"], progress=False).fit(ds)
     _upstream_runs(markers)  # the fit's own

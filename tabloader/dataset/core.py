@@ -320,10 +320,11 @@ class Dataset:
         Args:
             path: output directory (local or fsspec URL).
             output_files: number of files (default: one per partition, at most that many). A
-                file's partitions are read one at a time, except from a Dask DataFrame (or a frame
-                under a distributed client): Dask computes them from one graph, so that work they
-                share (a shuffle, a merge) runs once, and a file's task holds its partitions
-                together -- with fewer files than partitions, that many partitions in memory.
+                file's partitions are read one at a time. From a Dask DataFrame written a file
+                per partition, Dask computes them from one graph, so that work they share (a
+                shuffle, a merge) runs once; with fewer files, each partition is computed on its
+                own, that shared work with it -- except under a distributed client, where a
+                file's partitions come from one graph and its task holds them together.
             shuffle: shuffle rows within each partition and the order of partitions.
             row_group_size: rows per parquet row group (default: pyarrow's; for a dataset on the GPU
                 cuDF's, whose writer groups rows in whole 5,000-row fragments: a smaller size warns).

@@ -9,7 +9,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -100,6 +103,9 @@ def _rows(frame: Any, start: int, stop: int, columns: Sequence[str] | None) -> A
     return part[list(columns)] if columns is not None else part
 
 
+_DASK_EXPRESSIONS = threading.Lock() if sys.version_info < (3, 12) else contextlib.nullcontext()
+
+
 class DaskSource(Source):
     """A Dask DataFrame (pandas partitions) or Dask-cuDF DataFrame (cuDF partitions), partition
     by partition (each computed on its own, on the calling thread), moved to ``device`` where it
@@ -123,11 +129,15 @@ class DaskSource(Source):
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
         from tabloader.scheduler import active_client
 
-        part = self.ddf.get_partition(index)
-        part = part[list(columns)] if columns is not None else part
-        # On this thread, unless a distributed client holds the collection's data (persisted
-        # partitions are futures there, which the synchronous scheduler cannot resolve).
-        frame = part.compute(scheduler=None if active_client() is not None else "sync")
+        # One at a time on Python 3.11, whose functools.cached_property holds a lock per class:
+        # two threads building partitions of one Dask collection took dask-expr's cached
+        # properties in opposite orders and waited for each other for ever.
+        with _DASK_EXPRESSIONS:
+            part = self.ddf.get_partition(index)
+            part = part[list(columns)] if columns is not None else part
+            # On this thread, unless a distributed client holds the collection's data (persisted
+            # partitions are futures there, which the synchronous scheduler cannot resolve).
+            frame = part.compute(scheduler=None if active_client() is not None else "sync")
         return backend.to_frame_device(frame, self.device)
 
     def delayed_frames(self, columns: Sequence[str] | None = None) -> list[Any]:

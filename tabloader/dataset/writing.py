@@ -3,9 +3,10 @@
 The directory is assembled under a temporary name and renamed when every file is complete
 (:func:`tabloader.atomic_files.atomic_directory`); each output file is written by one Dask task
 streaming its group of partitions, one partition in memory at a time (a GPU file with naive
-timestamps is written whole: see :class:`_DeviceFileWriter`) -- except where the source has Dask
-tasks of its own (a Dask DataFrame, a frame scattered to a cluster): the task then receives its
-group's partitions, computed by Dask from one graph (see :class:`_Partitions`). Host partitions
+timestamps is written whole: see :class:`_DeviceFileWriter`). A source with Dask tasks of its own
+(a Dask DataFrame, a frame scattered to a cluster) written a file per partition, or under a
+distributed client, gives each task its partitions computed by Dask from one graph (see
+:class:`_Partitions`). Host partitions
 (pandas) are written by pyarrow's writer, GPU partitions (cuDF) by cuDF's writer, from the device: a
 partition never travels to the host to be written -- except those of a dataset with dates or
 time-zoned timestamps, which cuDF's writer would give other types than the CPU's (dates as
@@ -44,7 +45,7 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
                   progress: bool = True, compression: str = "snappy", partition_on: Sequence[str] | None = None) -> str:
     """Write the rows of ``dataset`` under directory ``path``: see :meth:`Dataset.to_parquet`."""
     from tabloader.dataset.core import delayed_from_source
-    from tabloader.scheduler import compute_tasks, shared_calls
+    from tabloader.scheduler import active_client, compute_tasks, shared_calls
 
     n_files = min(dataset.npartitions if output_files is None else output_files, dataset.npartitions)
     if n_files < 1:
@@ -53,7 +54,12 @@ def write_parquet(dataset: "Dataset", path: str, output_files: int | None = None
     if shuffle:
         order = np.random.default_rng(seed).permutation(order)
     groups = [g.tolist() for g in np.array_split(order, n_files)]
-    frames = delayed_from_source(dataset)
+    # A source with Dask tasks of its own gives its partitions from one graph (work they share
+    # runs once) when each file holds one partition, or under a distributed client (a task
+    # computing its partitions on the cluster waits for threads that tasks like it hold). Else
+    # a file's task, which would hold its partitions all at once, computes them one at a time.
+    frames = (delayed_from_source(dataset) if n_files == dataset.npartitions or active_client() is not None
+              else None)
     # Given frames, the writer holds no dataset: it would copy the source's graph into the writer.
     partitions = _Partitions(dataset if frames is None else None, shuffle, seed)
     meta = dataset.meta()
@@ -82,11 +88,10 @@ class _Partitions:
     same files on CPU and GPU, and whether a partition was read here or computed by Dask.
 
     Without ``computed`` frames, each partition is read here (one in memory at a time). A
-    source with Dask tasks of its own (:func:`~tabloader.dataset.core.delayed_from_source`) gives
-    them computed instead: they are the write task's inputs, so Dask holds the group's
-    partitions in memory together until the file is written, and may compute partitions of other
-    groups before their files' tasks run -- the price of computing the source's graph once.
-    ``dataset`` is then None.
+    source with Dask tasks of its own (:func:`~tabloader.dataset.core.delayed_from_source`),
+    written a file per partition or under a distributed client, gives them computed instead:
+    the write task's inputs, so that one compute runs the source's graph once (under a client,
+    a file's task then holds its partitions together). ``dataset`` is then None.
     """
 
     def __init__(self, dataset: "Dataset | None", shuffle: bool, seed: int | None) -> None:
