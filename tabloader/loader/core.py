@@ -218,7 +218,10 @@ class Loader:
         buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
         resident = self.resident.snapshot() if self.resident is not None else frozenset()
         if self.resident is not None and backend.is_host(self.device) and not self.layout.lists:
-            self.resident.reserve(buffer.empty_rows, sum(self.plan.sizes), self.layout.row_bytes())
+            # room for this rank's rows (and the partitions cut at its ends); more kept later lands
+            # in arrays of their own
+            rows = min(sum(self.plan.sizes), self.plan.rows_per_rank + 2 * max(self.plan.sizes, default=0))
+            self.resident.reserve(buffer.empty_rows, rows, self.layout.row_bytes())
         reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments
                                         if seg.partition not in resident],
                                        ahead=read_ahead() if self.prefetch else 0, context=self._on_device)

@@ -85,24 +85,16 @@ class ResidentPartitions:
             return self._packed[partition]
         if partition in self._refused:
             return table
-        if self.store is not None:
-            return self._keep_in_store(partition, table, pack)
-        packed = pack(table, None)
-        if self.budget is not None and self.nbytes + packed.nbytes > self.budget:
-            self._refused.add(partition)
-            return table
-        return self._kept(partition, packed)
-
-    def _keep_in_store(self, partition: int, table: Any, pack: Callable[[Any, Any], Any]) -> Any:
         start = self._store_rows
-        stop = start + (table.num_rows if hasattr(table, "num_rows") else len(table))
-        if stop > len(next(iter(self.store.values()))):
-            self._refused.add(partition)
+        stop = start + _num_rows(table)
+        in_store = self.store is not None and stop <= len(next(iter(self.store.values())))
+        # its rows of the store, or arrays of its own (no store, or the store is full)
+        packed = pack(table, {d: array[start:stop] for d, array in self.store.items()} if in_store else None)
+        if self.budget is not None and self.nbytes + packed.nbytes > self.budget:
+            self._refused.add(partition)  # rows packed into the store are left free for the next
             return table
-        self._store_rows, self._first_row[partition] = stop, start
-        return self._kept(partition, pack(table, {d: array[start:stop] for d, array in self.store.items()}))
-
-    def _kept(self, partition: int, packed: Any) -> Any:
+        if in_store:  # taken once packed and within the budget
+            self._store_rows, self._first_row[partition] = stop, start
         self._packed[partition] = packed
         self.nbytes += packed.nbytes
         return packed
@@ -128,3 +120,7 @@ class ResidentPartitions:
     def __repr__(self) -> str:
         budget = "no limit" if self.budget is None else f"{self.budget} bytes"
         return f"ResidentPartitions({len(self)} partitions, {self.nbytes} bytes of {budget})"
+
+
+def _num_rows(table: Any) -> int:
+    return table.num_rows if hasattr(table, "num_rows") else len(table)
