@@ -121,6 +121,10 @@ def test_update_warps_can_be_set_for_rows_of_up_to_128_values(monkeypatch):
     assert [_update_launch(d) for d in (32, 128, 512)] == [(32, 1), (16, 2), (8, 4)]
     monkeypatch.setenv(UPDATE_WARPS_ENV, "1")
     assert [_update_launch(d) for d in (32, 128, 512)] == [(32, 1), (8, 1), (8, 4)]  # 512-wide rows keep 4
+    for bad in ("0", "3", "-1", "abc"):
+        monkeypatch.setenv(UPDATE_WARPS_ENV, bad)
+        with pytest.raises(ValueError, match=f"TABLOADER_UPDATE_WARPS='{bad}'.*1, 2, 4 or 8"):
+            _update_launch(128)
 
 
 def test_persistent_update_kernels_fit_an_sm_in_one_wave(native_builds):

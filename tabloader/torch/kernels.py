@@ -96,9 +96,20 @@ def _update_launch(block_d: int) -> tuple[int, int]:
     if block_d > 128:
         warps = 4  # one warp for 512-wide Adam rows spills registers
     else:
-        warps = int(os.environ.get(UPDATE_WARPS_ENV) or (1 if block_d <= 32 else 2))
+        warps = _warps_setting() or (1 if block_d <= 32 else 2)
     entries = (_UPDATE_REGISTERS * _THREADS_PER_WARP * warps) // block_d
     return max(1, min(_UPDATE_MAX_ENTRIES, entries)), warps
+
+
+def _warps_setting() -> int | None:
+    """``TABLOADER_UPDATE_WARPS`` (1, 2, 4 or 8: Triton takes powers of two), or None when unset."""
+    value = os.environ.get(UPDATE_WARPS_ENV, "").strip()
+    if not value:
+        return None
+    if value not in ("1", "2", "4", "8"):
+        raise ValueError(f"{UPDATE_WARPS_ENV}={value!r}: the warps per program of the update kernels must be "
+                         "1, 2, 4 or 8")
+    return int(value)
 
 
 def persistent_programs(device: torch.device, dim: int) -> int:
