@@ -21,7 +21,8 @@
 # it on four processes: pytest-xdist is on the lent image; `-k ...` narrows a rerun).
 #
 # On the lent machine (no package index), cuDF, dask and distributed come from the GPU kit
-# (../shared/hooks/gpu-kit): after its `device finish` step,
+# (../shared/hooks/gpu-kit), polars, duckdb and cudf-polars from tools/gpu_wheels.sh; after the kit's
+# `device finish` step,
 #   . /tmp/site/cudf_env.sh && bash tools/gpu_checks.sh "$OUT" env tests
 # Without cuDF the cuDF tests skip and the workflow benchmark is left out.
 set -u
@@ -117,12 +118,16 @@ print(\"zoneinfo\", os.path.isdir(\"/usr/share/zoneinfo\"), \"(cuDF reads zoned 
     embedding_warps)  # the fused and graphed steps with the update kernels' warps per program for 128-wide rows
                       # (TABLOADER_UPDATE_WARPS; the default is 2): does one warp (twice the rows in flight, 16-byte
                       # loads, no barriers) bring graphed Adam from 1.70 ms to the 1.51 ms of 50% of peak?
-      for warps in ${EMBEDDING_WARPS:-2 1}; do
-        run_step "embedding_warps$warps" env TABLOADER_UPDATE_WARPS="$warps" "$py" benchmarks/embedding.py \
-          --device cuda --methods fused,graphed --json "$out/embedding_warps$warps.json"
+      # alternating (2 1 1 2 by default), so that drift over the runs falls on both settings
+      runs=()
+      for warps in ${EMBEDDING_WARPS:-2 1 1 2}; do
+        name="embedding_warps_run${#runs[@]}_w$warps"
+        runs+=("$name")
+        run_step "$name" env TABLOADER_UPDATE_WARPS="$warps" "$py" benchmarks/embedding.py \
+          --device cuda --methods fused,graphed --json "$out/$name.json"
       done
-      for log in "$out"/embedding_warps*.log; do
-        echo "== $(basename "$log" .log)"; grep -h '^| \(fused\|graphed\)' "$log"
+      for name in "${runs[@]}"; do
+        echo "== $name"; grep -h '^| \(fused\|graphed\)' "$out/$name.log"
       done >"$out/embedding_warps.txt" ;;
     offload)
       run_step offload "$py" benchmarks/offload.py --device cuda --trace-dir "$out/offload-trace"
