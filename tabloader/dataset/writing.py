@@ -6,8 +6,8 @@ streaming its group of partitions, one partition in memory at a time (a GPU file
 timestamps is written whole: see :class:`_DeviceFileWriter`). A source with Dask tasks of its own
 (a Dask DataFrame, a frame scattered to a cluster) written a file per partition, or under a
 distributed client, gives each task its partitions computed by Dask from one graph (see
-:class:`_Partitions`). Host partitions
-(pandas) are written by pyarrow's writer, GPU partitions (cuDF) by cuDF's writer, from the device: a
+:class:`_Partitions`). Host partitions (pandas) are written by pyarrow's writer, GPU partitions
+(cuDF) by cuDF's writer, from the device: a
 partition never travels to the host to be written -- except those of a dataset with dates or
 time-zoned timestamps, which cuDF's writer would give other types than the CPU's (dates as
 timestamps, zones lost): they are copied to the host and written by pyarrow.

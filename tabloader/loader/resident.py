@@ -7,11 +7,11 @@ permutations and batches are the same as without it: exactly-once, determinism a
 untouched, and what does not fit is read as usual.
 
 In host memory (scalar columns only) the kept partitions are packed one after the other into a
-store, one array per dtype reserved when the first epoch starts, and a chunk made of kept
-partitions only is not copied at all, from the first epoch on: its batches are gathered from
-the store in place, by the chunk's permutation mapped to store rows
-(:meth:`ResidentPartitions.in_place`). Copying each
-chunk into the chunk buffer first took a third of a resident epoch's work on the CPU.
+store, one array per dtype reserved when the first epoch starts (room for the rank's rows), and
+a chunk made of kept partitions only is not copied at all, from the first epoch on: its batches
+are gathered from the store in place, by the chunk's permutation mapped to store rows
+(:meth:`ResidentPartitions.in_place`). Copying each chunk into the chunk buffer first took a
+third of a resident epoch's work on the CPU.
 """
 
 from __future__ import annotations
