@@ -96,7 +96,7 @@ def ensure_rmm_pool() -> bool:
         return False
     import rmm
 
-    device = cupy().cuda.runtime.getDevice()
+    device = current_gpu()
     with _rmm_lock:
         if device not in _rmm_devices:
             default = type(rmm.mr.get_current_device_resource()) is rmm.mr.CudaMemoryResource
@@ -174,7 +174,7 @@ def default_part_size(device: str) -> int:
     """
     if device != "cuda":
         return CPU_PART_SIZE
-    total = cupy().cuda.runtime.getDeviceProperties(cupy().cuda.runtime.getDevice())["totalGlobalMem"]
+    total = cupy().cuda.runtime.getDeviceProperties(current_gpu())["totalGlobalMem"]
     low, high = GPU_PART_SIZE_RANGE
     return min(high, max(low, total // 64))
 

@@ -113,7 +113,7 @@ def device_context(device: Any) -> Callable[[], ContextManager]:
         return contextlib.nullcontext
     cuda = backend.cupy().cuda
     name = str(device)
-    index = int(name.split(":")[1]) if ":" in name else cuda.runtime.getDevice()
+    index = int(name.split(":")[1]) if ":" in name else current_gpu()
     return functools.partial(cuda.Device, index)
 
 
@@ -325,7 +325,7 @@ def _copy_stream() -> Any:
     """The side stream of the current GPU for host-to-device copies (created once: creating a
     stream per chunk costs a driver call)."""
     cuda = backend.cupy().cuda
-    device = cuda.runtime.getDevice()
+    device = current_gpu()
     if device not in _STREAMS:
         _STREAMS[device] = cuda.Stream(non_blocking=True)
     return _STREAMS[device]

@@ -294,13 +294,13 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
             self._vocabulary(kind, key, inputs)
 
     def _get_lookup(self, enc: Any, kind: str, key: str, inputs: tuple[str, ...]) -> Any:
-        cache = self.__dict__.setdefault("_lookup", {})
-        lookup = cache.get(lookup_key(enc, key))
+        cache, cache_key = self.__dict__.setdefault("_lookup", {}), lookup_key(enc, key)
+        lookup = cache.get(cache_key)
         if lookup is None:
             vocab = self._vocabulary(kind, key, inputs)
             value_cols = self._value_columns(kind, inputs)
             lookup = enc.ValueLookup([vocab[c] for c in value_cols], self, key)
-            cache[lookup_key(enc, key)] = lookup  # two threads building it at once is harmless
+            cache[cache_key] = lookup  # two threads building it at once is harmless
         return lookup
 
     def encoders(self, columns: Columns, enc: Any) -> list[tuple[str, tuple[str, ...], list[str], Any, int]]:

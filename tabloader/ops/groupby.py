@@ -71,10 +71,10 @@ def key_rows(mask: Any, codes: Any, rows: int) -> tuple[Any, Any]:
 
 def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_columns: Sequence[str]) -> Any:
     """The lookup of ``table``'s keys for ``prefix``, built on first use and cached by the op."""
-    cache = op.__dict__.setdefault("_lookup", {})
-    lookup = cache.get(lookup_key(enc, prefix))
+    cache, key = op.__dict__.setdefault("_lookup", {}), lookup_key(enc, prefix)
+    lookup = cache.get(key)
     if lookup is None:
-        lookup = cache[lookup_key(enc, prefix)] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
+        lookup = cache[key] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
     return lookup
 
 
