@@ -357,30 +357,37 @@ def case_adam_equals_sparseadam(device, size):
 
 
 def case_offloaded_update(device, size):
-    """The offloaded collection's Triton update (hot rows in place, cold rows staged) == the fused
-    collection's reference update: weights and optimizer states, 3 steps with an empty batch."""
+    """The offloaded collection's Triton update (hot rows in place, cold rows staged, or read and
+    updated in host memory by the kernels with ``cold_access="direct"``) == the fused collection's
+    reference update: weights and optimizer states, 3 steps with an empty batch."""
     torch = _torch()
     from tabloader.torch.fused import FusedEmbeddingCollection
-    from tabloader.torch.offload import OffloadedEmbeddingCollection
+    from tabloader.torch.offload import COLD_ACCESS, OffloadedEmbeddingCollection
 
     s = SIZES[size]
     states = {"sgd": [], "adagrad": ["state_sum"], "adam": ["exp_avg", "exp_avg_sq"]}
-    for optimizer, pooled in (("sgd", False), ("adagrad", True), ("adam", False), ("adam", True)):
+    for optimizer, pooled, cold_access in [(o, p, a) for o, p in (("sgd", False), ("adagrad", True), ("adam", False),
+                                                                   ("adam", True)) for a in COLD_ACCESS]:
         torch.manual_seed(0)
         ref = FusedEmbeddingCollection(_configs(size, pooled), optimizer=optimizer, lr=0.05, backend="reference",
                                        device=device, chunk_size=s["chunk"])
         off = OffloadedEmbeddingCollection(_configs(size, pooled), hot_rows=0.3, optimizer=optimizer, lr=0.05,
-                                           backend="triton", device=device, chunk_size=s["chunk"])
+                                           backend="triton", device=device, chunk_size=s["chunk"],
+                                           cold_access=cold_access)
         off.load_from_fused(ref)
         order = SumOrder(ref.weight, optimizer, ref.lr, ref.betas)
+        what = f"offloaded {cold_access} {optimizer} pooled={pooled}"
         for step in range(3):
             feats = _batch(size, device, 40 + step, pooled=pooled, empty=(step == 1))
+            outs = []
             for coll in (off, ref):
-                out = coll(feats)
-                up = torch.randn(out.shape, generator=torch.Generator().manual_seed(step)).to(device, out.dtype)
-                (out * up).sum().backward()
+                outs.append(coll(feats))
+                up = torch.randn(outs[-1].shape, generator=torch.Generator().manual_seed(step)).to(device,
+                                                                                                outs[-1].dtype)
+                (outs[-1] * up).sum().backward()
+            if outs[1].numel():
+                _close(outs[0], outs[1], f"{what} step {step} output")  # forwards read the same rows
             order.step(*_entries(ref, feats, up), ref.weight, *_states(ref))
-        what = f"offloaded {optimizer} pooled={pooled}"
         assert off.step == ref.step == 3, what
         for cfg in ref.configs:
             rows = slice(ref.table_offsets[cfg.name], ref.table_offsets[cfg.name] + cfg.num_embeddings)

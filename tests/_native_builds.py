@@ -8,7 +8,7 @@ How: Triton is given a compile-only driver that reports an NVIDIA ``sm_<arch>`` 
 every kernel of :mod:`tabloader.torch.kernels` is replaced by a recorder that *compiles* the
 launch it is given (Triton's own ``warmup``, the same specialization as a real launch: argument
 dtypes, 16-byte alignment and divisibility, constexprs, warps) instead of running it. Then the
-real collections -- fused (also ``capturable``) and offloaded, single-hot and pooled, every
+real collections -- fused (also ``capturable``) and offloaded (staged and direct), single-hot and pooled, every
 optimizer, fp32 / fp16 / bf16 activations, several embedding dims -- run forward and backward on CPU tensors, so the
 kernels compiled are exactly those their wrappers would launch on the GPU (their outputs are
 left unwritten, which does not matter here: nothing is checked but the builds).
@@ -160,6 +160,8 @@ def _run_collections() -> list[str]:
                 for pooled in (False, True)]
     variants += [("adam", "float32", pooled, dim, "fused") for dim in DIMS if dim != 128 for pooled in (False, True)]
     variants += [(opt, "bfloat16", True, 128, "offloaded") for opt in OPTIMIZERS]
+    variants += [(opt, dtype, pooled, 128, "direct") for opt in OPTIMIZERS for dtype in ("float32", "bfloat16")
+                 for pooled in (False, True)]
     variants += [(opt, "float32", pooled, 128, "capturable") for opt in OPTIMIZERS for pooled in (False, True)]
     failures = []
     for opt, dtype_name, pooled, dim, kind in variants:
@@ -171,7 +173,8 @@ def _run_collections() -> list[str]:
                                                 validate_indices=kind != "capturable")
             else:
                 coll = OffloadedEmbeddingCollection(_configs(dim, pooled), hot_rows=0.3, optimizer=opt,
-                                                    backend="triton", chunk_size=64, dtype=dtype)
+                                                    backend="triton", chunk_size=64, dtype=dtype,
+                                                    cold_access="direct" if kind == "direct" else "staged")
             coll(_batch(pooled, seed=dim)).float().sum().backward()  # the outputs' dtype is ``dtype``
         except Exception:
             failures.append(f"{kind} {opt} {dtype_name} pooled={pooled} dim={dim}:\n{traceback.format_exc()}")

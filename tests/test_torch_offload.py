@@ -4,7 +4,8 @@ The oracle is the fused collection (itself checked against ``nn.Embedding`` + ``
 in test_torch_embeddings.py) and, for SGD and SparseAdam, ``nn.Embedding`` directly. Both
 collections start from the same weights; several training steps with duplicates, a very hot
 row, padding ids and ids on both sides of every table's threshold must leave the same
-outputs, weights and optimizer states.
+outputs, weights and optimizer states -- with the cold rows staged per batch and with the
+kernels reaching them in host memory (``cold_access="direct"``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.layers import EmbeddingConfig
-from tabloader.torch.offload import OffloadedEmbeddingCollection, bytes_per_row, hot_rows_for_budget
+from tabloader.torch.offload import COLD_ACCESS, OffloadedEmbeddingCollection, bytes_per_row, hot_rows_for_budget
 
 CARDS = [30, 50, 12]
 DIM = 8
@@ -58,11 +59,13 @@ def _batch(seed, batch=24, pooled=False, cards=CARDS, device="cpu", hot_repeats=
     return {k: (v if isinstance(v, tuple) else v.to(device)) for k, v in feats.items()}
 
 
-def _pair(optimizer, hot_rows, pooled=False, pooling="sum", device="cpu", lr=0.05, configs=None, **kw):
+def _pair(optimizer, hot_rows, pooled=False, pooling="sum", device="cpu", lr=0.05, configs=None,
+          cold_access="staged", **kw):
     configs = configs or _configs(pooled, pooling)
     torch.manual_seed(0)
     fused = FusedEmbeddingCollection(configs, optimizer=optimizer, lr=lr, device=device, **kw)
-    off = OffloadedEmbeddingCollection(configs, hot_rows=hot_rows, optimizer=optimizer, lr=lr, device=device, **kw)
+    off = OffloadedEmbeddingCollection(configs, hot_rows=hot_rows, optimizer=optimizer, lr=lr, device=device,
+                                       cold_access=cold_access, **kw)
     off.load_from_fused(fused)
     _assert_same(fused, off, optimizer, "initial")
     return fused, off
@@ -99,31 +102,35 @@ def _train(fused, off, optimizer, steps=4, pooled=False, device="cpu", batch=24,
         _assert_same(fused, off, optimizer, f"after step {step}", atol=atol)
 
 
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 @pytest.mark.parametrize("hot_rows", [5, 0.3, {"t0": 0, "t1": 50, "t2": 1}, 10**6, 0])
-def test_single_hot_matches_fused(optimizer, hot_rows):
-    fused, off = _pair(optimizer, hot_rows)
+def test_single_hot_matches_fused(optimizer, hot_rows, cold_access):
+    fused, off = _pair(optimizer, hot_rows, cold_access=cold_access)
     _train(fused, off, optimizer, atol=0.0)  # single-hot: bit-for-bit
 
 
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
-def test_pooled_matches_fused(optimizer, pooling):
-    fused, off = _pair(optimizer, [7, 20, 4], pooled=True, pooling=pooling)
+def test_pooled_matches_fused(optimizer, pooling, cold_access):
+    fused, off = _pair(optimizer, [7, 20, 4], pooled=True, pooling=pooling, cold_access=cold_access)
     _train(fused, off, optimizer, pooled=True)
 
 
-def test_padding_row_in_the_cold_part_stays_zero():
-    fused, off = _pair("adagrad", 0, pooled=True)  # every row, padding included, lives on the host
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
+def test_padding_row_in_the_cold_part_stays_zero(cold_access):
+    fused, off = _pair("adagrad", 0, pooled=True, cold_access=cold_access)  # every row, padding included, on the host
     _train(fused, off, "adagrad", pooled=True)
     for cfg in off.configs:
         assert torch.count_nonzero(off.table_weight(cfg.name)[0]) == 0
         assert off.table_state(cfg.name, "state_sum")[0] == 0
 
 
-def test_interleaved_forwards_match_fused():
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
+def test_interleaved_forwards_match_fused(cold_access):
     """Two forwards, then their backwards in reverse order: the backward reads the current rows."""
-    fused, off = _pair("adam", [3, 10, 2])
+    fused, off = _pair("adam", [3, 10, 2], cold_access=cold_access)
     f1, f2 = _batch(1), _batch(2)
     for coll in (fused, off):
         o1, o2 = coll(f1), coll(f2)
@@ -165,12 +172,15 @@ def test_sgd_and_sparse_adam_match_nn_embedding():
         torch.testing.assert_close(off.table_weight("t"), emb.weight.detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_state_dict_round_trip_and_resume():
-    fused, off = _pair("adam", [5, 5, 5])
+@pytest.mark.parametrize("saved_by, loaded_by", [("staged", "staged"), ("staged", "direct"), ("direct", "staged")])
+def test_state_dict_round_trip_and_resume(saved_by, loaded_by):
+    """A state dict loads into a collection of either cold access (the same keys and layout)."""
+    fused, off = _pair("adam", [5, 5, 5], cold_access=saved_by)
     _train(fused, off, "adam", steps=2)
     sd = off.state_dict()
     assert {"hot_weight", "cold_weight", "hot_exp_avg", "cold_exp_avg", "cold_exp_avg_sq"} <= set(sd)
-    other = OffloadedEmbeddingCollection(_configs(), hot_rows=[5, 5, 5], optimizer="adam", lr=0.05, device="cpu")
+    other = OffloadedEmbeddingCollection(_configs(), hot_rows=[5, 5, 5], optimizer="adam", lr=0.05, device="cpu",
+                                         cold_access=loaded_by)
     other.load_state_dict(sd)  # strict
     _assert_same(fused, other, "adam", "loaded", atol=0.0)
     _train(fused, other, "adam", steps=2)
@@ -201,6 +211,8 @@ def test_bad_arguments_and_ids():
         OffloadedEmbeddingCollection(_configs(), hot_rows={"t9": 1}, device="cpu")
     with pytest.raises(ValueError, match="'t1'"):
         OffloadedEmbeddingCollection(_configs(), hot_rows=[1, -1, 1], device="cpu")
+    with pytest.raises(ValueError, match="cold_access='uvm'"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=3, device="cpu", cold_access="uvm")
     coll = OffloadedEmbeddingCollection(_configs(), hot_rows=5, device="cpu")
     feats = _batch(0)
     feats["f2b"] = feats["f2b"].clone()
@@ -270,13 +282,16 @@ DEVICE_CASES = {"cuda": {"cards": [100_000, 1_000_000, 5_000], "dim": 128, "hot"
                 "cpu": {"cards": [300, 1_000, 50], "dim": 16, "hot": [20, 100, 50], "batch": 256}}
 
 
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 @pytest.mark.parametrize("pooled", [False, True])
-def test_matches_fused_on_device(device, optimizer, pooled):
+def test_matches_fused_on_device(device, optimizer, pooled, cold_access):
     case = DEVICE_CASES[device]
     configs = _configs(pooled, cards=case["cards"], dim=case["dim"])
-    fused, off = _pair(optimizer, case["hot"], pooled=pooled, device=device, configs=configs)
+    fused, off = _pair(optimizer, case["hot"], pooled=pooled, device=device, configs=configs, cold_access=cold_access)
     assert off.hot_weight.device.type == device and off.cold_weight.device.type == "cpu"
+    # a GPU reads host memory only where it is pinned; direct access pins the store, staging does not
+    assert off.cold_weight.is_pinned() == (device == "cuda" and cold_access == "direct")
     _train(fused, off, optimizer, steps=3, pooled=pooled, device=device, batch=case["batch"], cards=case["cards"],
            atol=1e-5)
 
@@ -475,3 +490,80 @@ def test_cuda_forward_waits_for_the_gpu_at_most_twice(optimizer):
     out.sum().backward()
     torch.cuda.synchronize()
     assert coll.step == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Direct access: the kernels read and update the cold rows in host memory
+# --------------------------------------------------------------------------------------------
+def test_direct_access_takes_no_prefetch_and_reads_the_store_in_place():
+    """prefetch does nothing (nothing is staged), training matches the fused collection, and the
+    host store itself holds each step's updated cold rows when the backward returns."""
+    fused, off = _pair("adam", [3, 10, 2], cold_access="direct")
+    for step in range(3):
+        off.prefetch(_batch(200 + step))
+        assert not off._prefetched and not off._tasks
+        _train_step((fused, off), _batch(100 + step), step, "cpu")
+        start = fused.table_offsets["t0"]
+        cold_t0 = fused.weight.detach()[start + 3:start + CARDS[0]]
+        assert torch.equal(off.cold_weight[:CARDS[0] - 3], cold_t0)  # no write-back queue in between
+    _assert_same(fused, off, "adam", "direct", atol=0.0)
+
+
+def test_direct_access_deep_copy_trains_like_the_original():
+    import copy
+
+    fused, off = _pair("adagrad", [3, 10, 2], cold_access="direct")
+    for coll in (fused, off):
+        coll(_batch(0)).sum().backward()
+    twin = copy.deepcopy(off)
+    for coll in (fused, twin):
+        coll(_batch(1)).sum().backward()
+    _assert_same(fused, twin, "adagrad", "deep copy", atol=0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_cuda_direct_access_never_waits_for_the_gpu(optimizer):
+    """With the cold rows read in host memory by the kernels, a training step (forward, backward,
+    update of hot and cold rows) runs without one host synchronization (torch's sync debug mode),
+    and the host store reads back the updated rows afterwards (table_weight waits for the kernels)."""
+    import warnings
+
+    configs = [EmbeddingConfig("a", 100_000, 64), EmbeddingConfig("b", 5_000, 64)]
+    torch.manual_seed(0)
+    fused = FusedEmbeddingCollection(configs, optimizer=optimizer, validate_indices=False, device="cuda")
+    coll = OffloadedEmbeddingCollection(configs, hot_rows=[2_000, 1_000], optimizer=optimizer,
+                                        validate_indices=False, device="cuda", cold_access="direct")
+    coll.load_from_fused(fused)
+    g = torch.Generator().manual_seed(0)
+    feats = [{"a": (torch.rand(4096, generator=g) ** 3 * 100_000).long().cuda(),
+              "b": torch.randint(0, 5_000, (4096,), generator=g).cuda()} for _ in range(3)]
+    for batch in feats[:2]:  # warm-up: Triton compiles
+        for c in (fused, coll):
+            c(batch).sum().backward()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            coll(feats[2]).sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
+    assert syncs == []
+    fused(feats[2]).sum().backward()
+    _assert_same(fused, coll, optimizer, "direct on cuda", atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_cuda_direct_access_needs_the_kernels_and_pins_a_deep_copy():
+    import copy
+
+    with pytest.raises(RuntimeError, match="cold_access='direct' on cuda"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=3, device="cuda", backend="reference", cold_access="direct")
+    fused, off = _pair("adam", [3, 10, 2], device="cuda", cold_access="direct")
+    twin = copy.deepcopy(off)
+    for coll in (fused, twin):
+        coll(_batch(1, device="cuda")).sum().backward()
+    assert twin.cold_weight.is_pinned() and twin.cold_state1.is_pinned() and twin.cold_state2.is_pinned()
+    _assert_same(fused, twin, "adam", "deep copy on cuda", atol=1e-5)

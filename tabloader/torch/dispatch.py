@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from tabloader.backend import is_host
-from tabloader.torch.reference import LookupPlan, adam_step_size, reference_forward, reference_update
+from tabloader.torch.reference import ColdRows, LookupPlan, adam_step_size, reference_forward, reference_update
 
 __all__ = ["BACKENDS", "kernels_for", "load_kernels", "triton_interpreting", "lookup", "update", "device_hyper",
            "segments", "max_chunks"]
@@ -101,19 +101,22 @@ def kernels_for(backend: str, device: torch.device, owner: str) -> Any:
     return kernels
 
 
-def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dtype) -> torch.Tensor:
-    """The ``(batch * num_features, D)`` lookups of ``plan`` in ``dtype``, by the kernels or the reference."""
+def lookup(kernels: Any, weight: torch.Tensor, plan: LookupPlan, dtype: torch.dtype,
+           cold: ColdRows | None = None) -> torch.Tensor:
+    """The ``(batch * num_features, D)`` lookups of ``plan`` in ``dtype``, by the kernels or the
+    reference; the rows from ``cold.split`` on are read from ``cold``."""
     if kernels is None:
-        return reference_forward(weight, plan, dtype)
+        return reference_forward(weight, plan, dtype, cold)
     n_out = plan.batch * plan.num_features
     # bf16 conversion in the interpreter truncates instead of rounding: write fp32 there
     kdtype = torch.float32 if (dtype == torch.bfloat16 and is_host(weight.device)) else dtype
     out = torch.empty((n_out, weight.shape[1]), dtype=kdtype, device=weight.device)
     with _on_device_of(weight):
         if plan.single_hot:
-            kernels.gather(weight, plan.rows, out)
+            kernels.gather(weight, plan.rows, out, cold=cold)
         else:
-            kernels.pooled_gather(weight, plan.rows, plan.scale, plan.offsets, out, plan.batch, plan.num_features)
+            kernels.pooled_gather(weight, plan.rows, plan.scale, plan.offsets, out, plan.batch, plan.num_features,
+                                  cold=cold)
     return out.to(dtype)
 
 
@@ -127,10 +130,12 @@ def _on_device_of(tensor: torch.Tensor) -> Any:
 def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
            plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor, *, optimizer: str, lr: float,
            eps: float, betas: tuple[float, float], step: int, chunk_size: int, programs: int | None = None,
-           device_lr: torch.Tensor | None = None, device_step: torch.Tensor | None = None) -> None:
+           device_lr: torch.Tensor | None = None, device_step: torch.Tensor | None = None,
+           cold: ColdRows | None = None) -> None:
     """Backward + optimizer update of ``plan``'s rows of ``weight`` (and states) in place, by the
     kernels or the reference; ``step`` is the already incremented global step, ``programs`` the
-    kernels' grid (see :func:`tabloader.torch.kernels.fused_backward_update`).
+    kernels' grid (see :func:`tabloader.torch.kernels.fused_backward_update`). The rows from
+    ``cold.split`` on are those of ``cold``, updated there (``padding_rows`` count in that row space).
 
     ``device_lr`` and ``device_step`` (one-element float64 tensors on the weight's device), when
     given, replace ``lr`` and ``step``: the kernels then take the learning rate and Adam's bias
@@ -140,25 +145,26 @@ def update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, stat
     if kernels is None:
         if device_step is not None:
             lr, step = float(device_lr), int(device_step)
-        reference_update(weight, plan, grad, optimizer, lr, state1, state2, padding_rows, eps, betas, step)
+        reference_update(weight, plan, grad, optimizer, lr, state1, state2, padding_rows, eps, betas, step, cold)
         return
     with _on_device_of(weight):
         _kernel_update(kernels, weight, state1, state2, plan, grad, padding_rows, optimizer, lr, eps, betas, step,
-                       chunk_size, programs, device_lr, device_step)
+                       chunk_size, programs, device_lr, device_step, cold)
 
 
 def _kernel_update(kernels: Any, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
                    plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor, optimizer: str, lr: float,
                    eps: float, betas: tuple[float, float], step: int, chunk_size: int, programs: int | None,
-                   device_lr: torch.Tensor | None, device_step: torch.Tensor | None) -> None:
-    seg = segments(plan.rows, padding_rows, chunk_size, weight.shape[0])
+                   device_lr: torch.Tensor | None, device_step: torch.Tensor | None, cold: ColdRows | None) -> None:
+    total_rows = weight.shape[0] if cold is None else cold.split + cold.weight.shape[0]
+    seg = segments(plan.rows, padding_rows, chunk_size, total_rows)
     hyper = None if device_step is None else device_hyper(optimizer, device_lr, device_step, betas)
     step_size = adam_step_size(lr, betas, step) if optimizer == "adam" and hyper is None else 0.0
     kernels.fused_backward_update(
         weight, state1, state2, grad, seg["perm"], plan.bag, plan.scale,
         seg["row"], seg["start"], seg["count"], seg["chunk"], seg["nchunks"], seg["used_segments"],
         seg["chunk_start"], seg["chunk_count"], seg["used_chunks"], optimizer=optimizer, lr=lr, eps=eps,
-        beta1=betas[0], beta2=betas[1], step_size=step_size, programs=programs, hyper=hyper)
+        beta1=betas[0], beta2=betas[1], step_size=step_size, programs=programs, hyper=hyper, cold=cold)
 
 
 def device_hyper(optimizer: str, lr: torch.Tensor, step: torch.Tensor, betas: tuple[float, float]) -> torch.Tensor:

@@ -58,6 +58,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tabloader.torch.reference import ColdRows
+
 __all__ = ["gather", "pooled_gather", "fused_backward_update", "persistent_programs", "OPTIMIZERS"]
 
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2}
@@ -134,8 +136,25 @@ def _multiprocessors(index: int) -> int:
 
 
 @triton.jit
-def _gather_kernel(W, rows, out, N, D, stride_w,
-                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _load_rows(W, C, r, split, stride_w, offs_d, mask, SPLIT: tl.constexpr):
+    """The rows ``r`` (a vector) of the row space as fp32 ``[len(r), BLOCK_D]``: from ``W``, or with
+    ``SPLIT`` those from ``split`` on from ``C`` (the cold rows, also ``stride_w`` apart). Each
+    side loads only its own rows, at offsets kept in range for the other's (masked) lanes."""
+    if SPLIT:
+        hot = r < split
+        x = tl.load(W + tl.where(hot, r, 0)[:, None] * stride_w + offs_d[None, :],
+                    mask=mask & hot[:, None], other=0.0).to(tl.float32)
+        xc = tl.load(C + tl.where(hot, 0, r - split)[:, None] * stride_w + offs_d[None, :],
+                     mask=mask & (r >= split)[:, None], other=0.0).to(tl.float32)
+        x = tl.where(hot[:, None], x, xc)
+    else:
+        x = tl.load(W + r[:, None] * stride_w + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _gather_kernel(W, C, rows, out, N, D, stride_w, split,
+                   SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid = tl.program_id(0)
     offs_n = pid.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
@@ -143,13 +162,13 @@ def _gather_kernel(W, rows, out, N, D, stride_w,
     mask_d = offs_d < D
     r = tl.load(rows + offs_n, mask=mask_n, other=0).to(tl.int64)
     m = mask_n[:, None] & mask_d[None, :]
-    x = tl.load(W + r[:, None] * stride_w + offs_d[None, :], mask=m, other=0.0).to(tl.float32)
+    x = _load_rows(W, C, r, split, stride_w, offs_d, m, SPLIT)
     tl.store(out + offs_n[:, None] * D + offs_d[None, :], x.to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _pooled_kernel(W, rows, scale, offsets, out, B, F, D, stride_w,
-                   BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
+def _pooled_kernel(W, C, rows, scale, offsets, out, B, F, D, stride_w, split,
+                   SPLIT: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
     pid = tl.program_id(0)  # feature-major bag: pid = f * B + b
     start = tl.load(offsets + pid)
     end = tl.load(offsets + pid + 1)
@@ -163,33 +182,49 @@ def _pooled_kernel(W, rows, scale, offsets, out, B, F, D, stride_w,
         me = e < end
         r = tl.load(rows + e, mask=me, other=0).to(tl.int64)
         sc = tl.load(scale + e, mask=me, other=0.0).to(tl.float32)
-        x = tl.load(W + r[:, None] * stride_w + offs_d[None, :],
-                    mask=me[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+        x = _load_rows(W, C, r, split, stride_w, offs_d, me[:, None] & mask_d[None, :], SPLIT)
         acc += tl.sum(x * sc[:, None], axis=0)
     o = b.to(tl.int64) * F + f
     tl.store(out + o * D + offs_d, acc.to(out.dtype.element_ty), mask=mask_d)
 
 
-def gather(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, block_n: int | None = None) -> torch.Tensor:
-    """``out[i, :] = weight[rows[i], :]`` for a contiguous ``out[N, D]`` (any float dtype)."""
+def _cold_args(weight: torch.Tensor, cold: ColdRows | None) -> tuple[torch.Tensor, int]:
+    """``(C, split)`` of the kernels for ``cold``: its weight (rows ``weight``'s stride apart) and
+    split, or ``weight`` itself and 0 without cold rows (the ``SPLIT=False`` builds ignore them)."""
+    if cold is None:
+        return weight, 0
+    if cold.weight.shape[0] and cold.weight.stride(0) != weight.stride(0):
+        raise ValueError(f"the cold rows' stride {cold.weight.stride(0)} differs from the weight's "
+                         f"{weight.stride(0)}: both must be contiguous [rows, D]")
+    return cold.weight, int(cold.split)
+
+
+def gather(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, block_n: int | None = None,
+           cold: ColdRows | None = None) -> torch.Tensor:
+    """``out[i, :] = weight[rows[i], :]`` for a contiguous ``out[N, D]`` (any float dtype); the
+    rows from ``cold.split`` on are read from ``cold`` (:class:`~tabloader.torch.reference.ColdRows`)."""
     n, d = out.shape
     if block_n is None:
         block_n = max(1, min(_GATHER_MAX_ROWS, _GATHER_TILE // _block_d(d)))
     if n:
+        c, split = _cold_args(weight, cold)
         _gather_kernel[(triton.cdiv(n, block_n),)](
-            weight, rows, out, n, d, weight.stride(0),
-            BLOCK_N=block_n, BLOCK_D=_block_d(d), num_warps=_NUM_WARPS)
+            weight, c, rows, out, n, d, weight.stride(0), split,
+            SPLIT=cold is not None, BLOCK_N=block_n, BLOCK_D=_block_d(d), num_warps=_NUM_WARPS)
     return out
 
 
 def pooled_gather(weight: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor, offsets: torch.Tensor,
-                  out: torch.Tensor, batch: int, features: int, block_l: int = _POOLED_BLOCK_L) -> torch.Tensor:
-    """Pooled lookup over a feature-major CSR of bags; ``out`` is ``[batch * features, D]``."""
+                  out: torch.Tensor, batch: int, features: int, block_l: int = _POOLED_BLOCK_L,
+                  cold: ColdRows | None = None) -> torch.Tensor:
+    """Pooled lookup over a feature-major CSR of bags; ``out`` is ``[batch * features, D]``; the
+    rows from ``cold.split`` on are read from ``cold``."""
     n_bags, d = out.shape
     if n_bags:
+        c, split = _cold_args(weight, cold)
         _pooled_kernel[(n_bags,)](
-            weight, rows, scale, offsets, out, batch, features, d, weight.stride(0),
-            BLOCK_L=block_l, BLOCK_D=_block_d(d), num_warps=_NUM_WARPS)
+            weight, c, rows, scale, offsets, out, batch, features, d, weight.stride(0), split,
+            SPLIT=cold is not None, BLOCK_L=block_l, BLOCK_D=_block_d(d), num_warps=_NUM_WARPS)
     return out
 
 
@@ -235,7 +270,8 @@ def _update_segment(W, state1, state2, grad, perm, bag, scale, partial, row, sta
                     D, stride_w, lr, eps, beta1, beta2, step_size,
                     OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr,
                     BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Sum the gradient of one segment's row and apply the optimizer step to it."""
+    """Sum the gradient of one segment's row and apply the optimizer step to it (row ``row`` of
+    ``W`` and of the states)."""
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
@@ -275,11 +311,11 @@ def _update_segment(W, state1, state2, grad, perm, bag, scale, partial, row, sta
 
 
 @triton.jit
-def _update_kernel(W, state1, state2, grad, perm, bag, scale,
+def _update_kernel(W, state1, state2, C, cold1, cold2, grad, perm, bag, scale,
                    seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial, hyper,
-                   D, stride_w, lr, eps, beta1, beta2, step_size, programs,
+                   D, stride_w, split, lr, eps, beta1, beta2, step_size, programs,
                    OPT: tl.constexpr, HAS_BAG: tl.constexpr, HAS_SCALE: tl.constexpr, HYPER_ON_DEVICE: tl.constexpr,
-                   BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+                   SPLIT: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
     if HYPER_ON_DEVICE:  # read at every launch, so that a replayed CUDA graph uses this step's values
         lr = tl.load(hyper)
         step_size = tl.load(hyper + 1)
@@ -288,7 +324,12 @@ def _update_kernel(W, state1, state2, grad, perm, bag, scale,
     for s in range(tl.program_id(0), tl.load(used_segments).to(tl.int32), programs):
         count = tl.load(seg_count + s)
         if count > 0:
-            _update_segment(W, state1, state2, grad, perm, bag, scale, partial, tl.load(seg_row + s).to(tl.int64),
+            row = tl.load(seg_row + s).to(tl.int64)
+            w, s1, s2 = W, state1, state2
+            if SPLIT:
+                if row >= split:  # a cold row: row - split of C and its states
+                    w, s1, s2, row = C, cold1, cold2, row - split
+            _update_segment(w, s1, s2, grad, perm, bag, scale, partial, row,
                             tl.load(seg_start + s), count, tl.load(seg_chunk + s), tl.load(seg_nchunks + s),
                             D, stride_w, lr, eps, beta1, beta2, step_size,
                             OPT, HAS_BAG, HAS_SCALE, BLOCK_E, BLOCK_C, BLOCK_D)
@@ -302,7 +343,8 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
                           used_chunks: torch.Tensor, *, optimizer: str, lr: float, eps: float = 0.0,
                           beta1: float = 0.0, beta2: float = 0.0, step_size: float = 0.0,
                           block_e: int | None = None, block_c: int | None = None,
-                          programs: int | None = None, hyper: torch.Tensor | None = None) -> None:
+                          programs: int | None = None, hyper: torch.Tensor | None = None,
+                          cold: ColdRows | None = None) -> None:
     """Sum the gradient of every touched row and update it (and its optimizer state) in place.
 
     ``grad[n_out, D]`` is the output gradient (fp32/fp16/bf16, contiguous); ``perm`` orders
@@ -321,6 +363,10 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
     ``hyper`` (float32 ``[lr, step_size]`` on the weight's device), when given, replaces the
     ``lr`` and ``step_size`` arguments: the kernel reads them from device memory at every launch,
     so that a launch captured in a CUDA graph takes the values of the step it is replayed for.
+
+    ``cold`` (:class:`~tabloader.torch.reference.ColdRows`): the rows from ``cold.split`` on are
+    those of ``cold.weight`` and its states, updated there in place (pinned host memory, which
+    the GPU reads and writes over the bus: the offloaded collection's direct mode).
     """
     n_seg = seg_row.numel()
     if n_seg == 0:
@@ -346,11 +392,14 @@ def fused_backward_update(weight: torch.Tensor, state1: torch.Tensor | None, sta
             **_UPDATE_REGISTER_CAP)
     s1 = state1 if state1 is not None else weight
     s2 = state2 if state2 is not None else weight
+    c, split = _cold_args(weight, cold)
+    c1, c2 = (cold.state1, cold.state2) if cold is not None else (None, None)
     grid = min(programs, n_seg)
     _update_kernel[(grid,)](
-        weight, s1, s2, grad, perm, bag_arg, scale_arg,
+        weight, s1, s2, c, c1 if c1 is not None else c, c2 if c2 is not None else c, grad, perm, bag_arg, scale_arg,
         seg_row, seg_start, seg_count, seg_chunk, seg_nchunks, used_segments, partial,
         weight if hyper is None else hyper,
-        d, weight.stride(0), float(lr), float(eps), float(beta1), float(beta2), float(step_size), grid,
+        d, weight.stride(0), split, float(lr), float(eps), float(beta1), float(beta2), float(step_size), grid,
         OPT=OPTIMIZERS[optimizer], HAS_BAG=has_bag, HAS_SCALE=has_scale, HYPER_ON_DEVICE=hyper is not None,
-        BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps, **_UPDATE_REGISTER_CAP)
+        SPLIT=cold is not None, BLOCK_E=block_e, BLOCK_C=block_c, BLOCK_D=bd, num_warps=warps,
+        **_UPDATE_REGISTER_CAP)

@@ -24,6 +24,17 @@ rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
 Per batch the forward (and ``prefetch``) waits for the GPU once: one ``torch.unique`` gives the
 cold rows to stage and the split into hot and cold lookups.
 
+*Direct access* (``cold_access="direct"``): the cold rows and their states live in pinned host
+memory, which a GPU addresses directly (CUDA's unified addressing), and the Triton kernels read
+and update them there, in the same launches as the hot rows: the hot and the cold rows form one
+row space (hot rows first), whose rows from ``total_hot`` on are in host memory. Nothing is
+staged, copied back or waited for: no ``torch.unique``, no worker thread, no host
+synchronization per batch (beyond ``validate_indices``'s), and each cold row crosses the bus
+once per lookup kernel instead of in the staging copies. The whole cold store is pinned (page-locked),
+which takes that much host memory from the OS. On a GPU it needs the Triton kernels; ``prefetch``
+does nothing in this mode. The staged mode stays the default until the direct one has been
+timed on a GPU (``benchmarks/offload.py`` times both).
+
 *Prefetch*: ``coll.prefetch(next_features)`` before the current batch's forward hands the next
 batch early: its unique cold rows are found at once, and the worker thread gathers them (and
 their states) into pinned memory and copies them to the device on the side stream, while the
@@ -53,20 +64,25 @@ row costs: see :mod:`tabloader.torch.hot_rows`.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from tabloader.backend import pins_host_memory
+from tabloader.backend import is_host, pins_host_memory
+from tabloader.torch import dispatch
 from tabloader.torch.config import EmbeddingConfig, init_embedding_
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
-from tabloader.torch.reference import LookupPlan
+from tabloader.torch.reference import ColdRows, LookupPlan
 from tabloader.torch.table_batched import STATE_NAMES, TableBatchedCollection
 
-__all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row"]
+__all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row", "COLD_ACCESS"]
+
+#: How the cold rows are reached: staged to the device per batch, or read in host memory by the kernels.
+COLD_ACCESS = ("staged", "direct")
 
 #: Prefetches kept: the current batch's and the next one's (``prefetch(next)`` before the forward).
 _PREFETCHES = 2
@@ -121,6 +137,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         pin_cold: allocate the host store itself in pinned memory (default False: the host
             gathers a batch's rows into a pinned staging buffer anyway, and pinning hundreds of
             GB is slow and takes them from the OS).
+        cold_access: ``"staged"`` (default: a batch's cold rows are copied to the device and
+            back) or ``"direct"`` (the kernels read and update the cold rows in pinned host
+            memory; see the module's text). ``"direct"`` pins the host store.
 
     Attributes: ``hot_rows`` (list, per table), ``hot_weight`` (the device parameter
     ``[sum hot, D]``), ``cold_weight`` (host ``[sum cold, D]``), optimizer states ``hot_*`` /
@@ -145,10 +164,16 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                  initial_accumulator_value: float = 0.0, output: str = "concat",
                  dtype: torch.dtype | None = torch.float32, validate_indices: bool = True,
                  backend: str = "auto", chunk_size: int = 128, device: Any = None,
-                 pin_cold: bool = False) -> None:
+                 pin_cold: bool = False, cold_access: str = "staged") -> None:
         device = torch.device(device if device is not None else "cpu")
+        if cold_access not in COLD_ACCESS:
+            raise ValueError(f"cold_access={cold_access!r}: expected one of {COLD_ACCESS}")
         super().__init__(configs, optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size,
                          device)
+        self.cold_access = cold_access
+        if cold_access == "direct" and not is_host(device) and self._kernels_for(device) is None:
+            raise RuntimeError(f"cold_access='direct' on {device} needs the Triton kernels (backend={backend!r} "
+                               "runs the PyTorch reference there, which cannot read host rows from the device)")
         d = self.embedding_dim
         sizes = [c.num_embeddings for c in self.configs]
         self.hot_rows = resolve_hot_rows(hot_rows, gpu_budget_bytes, [c.name for c in self.configs], sizes, d,
@@ -176,6 +201,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                      if cfg.padding_idx is not None and cfg.padding_idx >= self.hot_rows[i]]
         self.register_buffer("_hot_padding_rows", dev(hot_pads), persistent=False)
         self.register_buffer("_cold_padding_rows", dev(cold_pads), persistent=False)
+        # direct access's row space: the hot rows, then the cold ones from total_hot on
+        self.register_buffer("_direct_padding_rows", dev(hot_pads + [h + r for r in cold_pads]), persistent=False)
         self._cold_padding_host = torch.tensor(cold_pads, dtype=torch.int64)  # found among a batch's rows on the host
 
         # device part: a parameter (so autograd calls our backward) and buffers
@@ -183,7 +210,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         for name, state in zip(STATE_NAMES[optimizer], self._new_states(h, initial_accumulator_value, device=device)):
             self.register_buffer("hot_" + name, state)
         # host part: plain tensors (module.to() must not move them); saved by _save_to_state_dict
-        pin = bool(pin_cold) and pins_host_memory(device)
+        pin = (bool(pin_cold) or cold_access == "direct") and pins_host_memory(device)
         self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
         self.cold_state1, self.cold_state2 = (self._new_states(c, initial_accumulator_value, pin_memory=pin)
                                               + [None, None])[:2]
@@ -195,6 +222,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         # prefetch(next) is called before the current forward
         self._prefetched: collections.deque[_Prefetch] = collections.deque(maxlen=_PREFETCHES)
         self._cold_version = 0
+        self._cold_used: Any = None  # direct access: a CUDA event after the last kernel that used the cold rows
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -311,7 +339,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._flush()
         state = self.__dict__.copy()
         state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=_PREFETCHES), _tasks=[],
-                     _writes=[])
+                     _writes=[], _cold_used=None)
         return state
 
     def _store_changed(self) -> None:
@@ -322,7 +350,11 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
     def _flush(self) -> None:
         """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it),
         then re-raise the first error of a task. Every task is waited for first: one still running
-        after the error was raised would write into the store unseen."""
+        after the error was raised would write into the store unseen. With direct access, wait for
+        the GPU's kernels that read or write the host store."""
+        if self._cold_used is not None:
+            self._cold_used.synchronize()
+            self._cold_used = None
         tasks = list(dict.fromkeys([*self._tasks, *(task for task, _ in self._writes)]))
         self._tasks, self._writes = [], []
         errors = [task.exception() for task in tasks]  # waits for each
@@ -434,6 +466,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             >>> coll.step
             2
         """
+        if self.cold_access == "direct":
+            return  # the kernels read the cold rows where they are: nothing to stage
         uniq_host = self._split_lookups(self.plan(features))[0]
         if not uniq_host.numel():
             return  # the next forward has no cold rows: it takes no prefetch
@@ -555,8 +589,34 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         hot_idx, cold_idx = order[:n_hot], order[n_hot:]
         return uniq_host, inverse.index_select(0, cold_idx), hot_idx, cold_idx, located
 
-    def _prepare(self, plan: LookupPlan, training: bool) -> _Split:
-        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states)."""
+    def _direct_plan(self, plan: LookupPlan) -> LookupPlan:
+        """``plan`` over direct access's row space: hot rows first, then the cold ones from ``total_hot`` on."""
+        t, local, limit, is_hot = self._locate(plan)
+        hot_row = self._hot_offsets.index_select(0, t) + local
+        cold_row = self._cold_offsets.index_select(0, t).add_(local - limit + self.total_hot)
+        return dataclasses.replace(plan, rows=torch.where(is_hot, hot_row, cold_row))
+
+    def _cold_rows(self) -> ColdRows:
+        """The host store as the kernels' cold rows; pinned again first if it was replaced by
+        unpinned tensors (a deep copy, for one): a GPU addresses only pinned host memory."""
+        if pins_host_memory(self.hot_weight.device) and not self.cold_weight.is_pinned():
+            self.cold_weight = self.cold_weight.pin_memory()
+            self.cold_state1, self.cold_state2 = (None if t is None else t.pin_memory()
+                                                  for t in (self.cold_state1, self.cold_state2))
+        return ColdRows(self.total_hot, self.cold_weight, self.cold_state1, self.cold_state2)
+
+    def _cold_used_now(self) -> None:
+        """Direct access: note the kernels just queued on the host store (host reads wait for them)."""
+        device = self.hot_weight.device
+        if device.type == "cuda":
+            self._cold_used = torch.cuda.Event()
+            self._cold_used.record(torch.cuda.current_stream(device))
+
+    def _prepare(self, plan: LookupPlan, training: bool) -> _Split | LookupPlan:
+        """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states).
+        With direct access, ``plan`` over the direct row space instead."""
+        if self.cold_access == "direct":
+            return self._direct_plan(plan)
         uniq_host, cold_rows, hot_idx, cold_idx, (t, local, _, _) = self._split_lookups(plan)
         if plan.single_hot:
             bag_h, bag_c, sc_h, sc_c = hot_idx, cold_idx, None, None
@@ -573,7 +633,12 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         cold = LookupPlan(cold_rows, plan.batch, plan.num_features, bag_c, sc_c)
         return _Split(plan, hot, cold, staged)
 
-    def _lookup(self, split: _Split, dtype: torch.dtype) -> torch.Tensor:
+    def _lookup(self, split: _Split | LookupPlan, dtype: torch.dtype) -> torch.Tensor:
+        if isinstance(split, LookupPlan):  # direct access
+            kernels = self._kernels_for(self.hot_weight.device)
+            out = dispatch.lookup(kernels, self.hot_weight.detach(), split, dtype, cold=self._cold_rows())
+            self._cold_used_now()
+            return out
         plan, d = split.plan, self.embedding_dim
         n_out = plan.batch * plan.num_features
         hot_w = self.hot_weight.detach()
@@ -590,8 +655,13 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
                 out.index_add_(0, sub.bag, w.index_select(0, sub.rows) * sub.scale[:, None])
         return out.to(dtype)
 
-    def _update(self, split: _Split, grad: torch.Tensor) -> None:
+    def _update(self, split: _Split | LookupPlan, grad: torch.Tensor) -> None:
         hot_states = [h for _, h, _ in self._states()] + [None, None]
+        if isinstance(split, LookupPlan):  # direct access: one update over both parts of the row space
+            self._update_rows(self.hot_weight.detach(), hot_states[0], hot_states[1], split, grad,
+                              self._direct_padding_rows, cold=self._cold_rows())
+            self._cold_used_now()
+            return
         self._update_rows(self.hot_weight.detach(), hot_states[0], hot_states[1], split.hot, grad,
                           self._hot_padding_rows)
         staged = split.staged

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-__all__ = ["LookupPlan", "reference_forward", "reference_update", "adam_step_size", "OPTIMIZERS"]
+__all__ = ["LookupPlan", "ColdRows", "reference_forward", "reference_update", "adam_step_size", "OPTIMIZERS"]
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 
@@ -53,9 +53,37 @@ class LookupPlan:
         return self.bag is None
 
 
-def reference_forward(weight: torch.Tensor, plan: LookupPlan, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Plain PyTorch forward: ``(batch * num_features, D)`` in ``dtype`` (fp32 accumulation)."""
+@dataclasses.dataclass
+class ColdRows:
+    """The rows from ``split`` on of a row space, kept in tensors of their own.
+
+    The host-offloaded collection's direct mode keeps its cold rows in pinned host memory, which
+    the kernels read and update in place. The functions that take a ``cold`` argument read
+    row ``r`` of the row space from the tensors they are given when ``r < split``, and row
+    ``r - split`` of ``weight`` (and of ``state1`` / ``state2``, the optimizer states) otherwise.
+
+    Example:
+        >>> hot, cold = torch.zeros(2, 2), torch.ones(3, 2)
+        >>> plan = LookupPlan(rows=torch.tensor([1, 2, 4]), batch=3, num_features=1)
+        >>> reference_forward(hot, plan, cold=ColdRows(2, cold))[:, 0].tolist()
+        [0.0, 1.0, 1.0]
+    """
+
+    split: int
+    weight: torch.Tensor
+    state1: torch.Tensor | None = None
+    state2: torch.Tensor | None = None
+
+
+def reference_forward(weight: torch.Tensor, plan: LookupPlan, dtype: torch.dtype = torch.float32,
+                      cold: ColdRows | None = None) -> torch.Tensor:
+    """Plain PyTorch forward: ``(batch * num_features, D)`` in ``dtype`` (fp32 accumulation);
+    the rows from ``cold.split`` on are read from ``cold`` (see :class:`ColdRows`)."""
     d = weight.shape[1]
+    if cold is not None:
+        # every entry's row, then the plan over those rows: entry j reads row j
+        weight = _entry_rows(weight, cold, plan.rows)
+        plan = dataclasses.replace(plan, rows=torch.arange(plan.rows.numel(), device=weight.device))
     if plan.single_hot:
         return weight.index_select(0, plan.rows).to(dtype)
     n_out = plan.batch * plan.num_features
@@ -66,16 +94,42 @@ def reference_forward(weight: torch.Tensor, plan: LookupPlan, dtype: torch.dtype
     return pooled.to(dtype)
 
 
+def _entry_rows(weight: torch.Tensor, cold: ColdRows, rows: torch.Tensor) -> torch.Tensor:
+    """``[len(rows), D]``: each entry's row, from ``weight`` below ``cold.split`` and from ``cold`` above."""
+    is_cold = rows >= cold.split
+    out = torch.empty((rows.numel(), weight.shape[1]), dtype=weight.dtype, device=weight.device)
+    for source, at, low in ((weight, torch.nonzero(~is_cold), 0), (cold.weight, torch.nonzero(is_cold), cold.split)):
+        at = at.squeeze(1)
+        out.index_copy_(0, at, source.index_select(0, rows.index_select(0, at) - low))
+    return out
+
+
 def reference_update(weight: torch.Tensor, plan: LookupPlan, grad: torch.Tensor, optimizer: str, lr: float,
                      state1: torch.Tensor | None = None, state2: torch.Tensor | None = None,
                      padding_rows: torch.Tensor | None = None, eps: float = 1e-8,
-                     betas: tuple[float, float] = (0.9, 0.999), step: int = 1) -> None:
+                     betas: tuple[float, float] = (0.9, 0.999), step: int = 1, cold: ColdRows | None = None) -> None:
     """Plain PyTorch backward + optimizer update, in place (rules in :mod:`tabloader.torch.fused`).
 
     ``grad`` is the gradient of the ``(batch * num_features, D)`` output; ``state1`` is the
     row-wise Adagrad accumulator ``[rows]`` or Adam's ``m`` ``[rows, D]``; ``state2`` Adam's
-    ``v``; ``step`` the (already incremented) global step used by Adam's bias correction.
+    ``v``; ``step`` the (already incremented) global step used by Adam's bias correction. The
+    rows from ``cold.split`` on (``padding_rows`` among them) are those of ``cold``.
     """
+    if cold is not None:
+        # every row's update depends on that row alone: the rows below the split and those above
+        # are updated apart, each with the entries that look it up, in their order
+        for side, low in (("hot", 0), ("cold", cold.split)):
+            part = (plan.rows >= cold.split) if side == "cold" else (plan.rows < cold.split)
+            at = torch.nonzero(part).squeeze(1)
+            sub = LookupPlan(plan.rows.index_select(0, at) - low, plan.batch, plan.num_features,
+                             at if plan.bag is None else plan.bag.index_select(0, at),
+                             None if plan.scale is None else plan.scale.index_select(0, at))
+            pads = None
+            if padding_rows is not None:
+                pads = padding_rows[(padding_rows >= cold.split) == (side == "cold")] - low
+            tensors = (cold.weight, cold.state1, cold.state2) if side == "cold" else (weight, state1, state2)
+            reference_update(tensors[0], sub, grad, optimizer, lr, tensors[1], tensors[2], pads, eps, betas, step)
+        return
     d = weight.shape[1]
     g = grad.reshape(-1, d).float().contiguous()
     rows = plan.rows

@@ -40,7 +40,7 @@ from tabloader.torch import dispatch
 from tabloader.torch.config import EmbeddingConfig, check_configs
 from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
 from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts, select_keys
-from tabloader.torch.reference import OPTIMIZERS, LookupPlan
+from tabloader.torch.reference import OPTIMIZERS, ColdRows, LookupPlan
 
 __all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output"]
 
@@ -411,14 +411,15 @@ class TableBatchedCollection(nn.Module):
         return dispatch.kernels_for(self.backend, device, type(self).__name__)
 
     def _update_rows(self, weight: torch.Tensor, state1: torch.Tensor | None, state2: torch.Tensor | None,
-                     plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor) -> None:
-        """Apply this step's update to ``plan``'s rows of ``weight`` and its states, in place."""
+                     plan: LookupPlan, grad: torch.Tensor, padding_rows: torch.Tensor,
+                     cold: ColdRows | None = None) -> None:
+        """Apply this step's update to ``plan``'s rows of ``weight`` and its states (and ``cold``'s), in place."""
         if plan.rows.numel() == 0:
             return
         device_hyper = {"device_lr": self._device_lr, "device_step": self._device_step} if self.capturable else {}
         dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
                         optimizer=self.optimizer, lr=self._lr, eps=self.eps, betas=self.betas, step=self._step,
-                        chunk_size=self.chunk_size, **device_hyper)
+                        chunk_size=self.chunk_size, cold=cold, **device_hyper)
 
 
 def _capturing(device: torch.device) -> bool:
