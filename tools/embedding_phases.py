@@ -13,6 +13,12 @@ segment slot as before them (``update_kernels_one_per_segment``); the whole step
 benchmark runs it) and without; whether a step without validation runs under
 ``torch.cuda.set_sync_debug_mode("error")`` (no host synchronization at all); and each kernel's
 bytes moved as a share of the device's peak. Writes ``OUT_DIR/phases.json`` and prints it.
+
+``graphed_ms`` times the same phases, and the whole ``capturable=True`` step (the benchmark's
+"graphed" rows), each captured alone in a CUDA graph and replayed: no launch overhead and no
+host synchronization in the figures, so that they add up to the graphed step's time (the
+segments' share of the 1.70 ms graphed Adam step on an H100 is what decides whether to rewrite
+their bookkeeping).
 """
 
 from __future__ import annotations
@@ -46,6 +52,62 @@ def median_ms(fn, repeats=20):
     return sorted(times[3:])[repeats // 2]
 
 
+def graphed_ms(fn, replays=50):
+    """Median milliseconds of one replay of ``fn`` captured in a CUDA graph (after two warm-up
+    calls on a side stream: Triton compiles, the allocator settles), timed by CUDA events."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(replays + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    del graph
+    torch.cuda.empty_cache()  # the graph's private memory pool
+    return sorted(times[3:])[replays // 2]
+
+
+def graphed_phases(optimizer, cards, feats, dim):
+    """The graphed step's phases, each captured alone (see the module's text)."""
+    coll = FusedEmbeddingCollection([EmbeddingConfig(f"C{i + 1}", c, dim) for i, c in enumerate(cards)],
+                                    optimizer=optimizer, lr=0.01, backend="triton", device="cuda",
+                                    validate_indices=False, capturable=True)
+    kernels = dispatch.load_kernels()
+    weight = coll.weight.detach()
+    plan = coll.plan(feats)
+    grad = torch.randn(plan.rows.numel(), dim, device="cuda")
+    out = torch.empty(plan.rows.numel(), dim, device="cuda")
+    seg = dispatch.segments(plan.rows, coll._padding_rows, coll.chunk_size, weight.shape[0])
+    states = [getattr(coll, n) for n in ("state_sum", "exp_avg", "exp_avg_sq") if hasattr(coll, n)] + [None, None]
+    hyper = dispatch.device_hyper(optimizer, coll._device_lr, coll._device_step, coll.betas)
+
+    def update():
+        kernels.fused_backward_update(
+            weight, states[0], states[1], grad, seg["perm"], None, None, seg["row"], seg["start"], seg["count"],
+            seg["chunk"], seg["nchunks"], seg["used_segments"], seg["chunk_start"], seg["chunk_count"],
+            seg["used_chunks"], optimizer=optimizer, lr=1e-9, eps=1e-8, beta1=0.9, beta2=0.999, hyper=hyper)
+
+    def step():
+        (coll(feats) * 1.0).sum().backward()
+
+    return {"plan": graphed_ms(lambda: coll.plan(feats)),
+            "gather": graphed_ms(lambda: kernels.gather(weight, plan.rows, out)),
+            "segments": graphed_ms(lambda: dispatch.segments(plan.rows, coll._padding_rows, coll.chunk_size,
+                                                             weight.shape[0])),
+            "update_kernels": graphed_ms(update),
+            "whole_step": graphed_ms(step)}
+
+
 def sync_free(step):
     """True if ``step()`` makes no device-to-host synchronization, else the error naming the first."""
     torch.cuda.set_sync_debug_mode("error")
@@ -59,8 +121,16 @@ def sync_free(step):
 
 
 def phases(optimizer, batch=65536, dim=128):
+    """The eager phases, then the graphed ones: one collection at a time (Adam's takes 51 GB)."""
     cards = cardinalities(1.0, 26)
     feats = make_batches(cards, batch, 1, 1.05, "cuda")[0]
+    report = eager_phases(optimizer, cards, feats, dim)
+    torch.cuda.empty_cache()
+    report["graphed_ms"] = graphed_phases(optimizer, cards, feats, dim)
+    return report
+
+
+def eager_phases(optimizer, cards, feats, dim):
     coll = FusedEmbeddingCollection([EmbeddingConfig(f"C{i + 1}", c, dim) for i, c in enumerate(cards)],
                                     optimizer=optimizer, lr=0.01, backend="triton", device="cuda")
     kernels = dispatch.load_kernels()
