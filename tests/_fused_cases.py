@@ -366,17 +366,20 @@ def case_offloaded_update(device, size):
 
     s = SIZES[size]
     states = {"sgd": [], "adagrad": ["state_sum"], "adam": ["exp_avg", "exp_avg_sq"]}
-    for optimizer, pooled, cold_access in [(o, p, a) for o, p in (("sgd", False), ("adagrad", True), ("adam", False),
-                                                                   ("adam", True)) for a in COLD_ACCESS]:
+    runs = [(o, p, a, 0.3) for o, p in (("sgd", False), ("adagrad", True), ("adam", False), ("adam", True))
+            for a in COLD_ACCESS]
+    # direct access with every row cold (split 0, the padding rows cold) and with none (an empty host store)
+    runs += [("adagrad", True, "direct", 0), ("adam", False, "direct", 1.0)]
+    for optimizer, pooled, cold_access, hot_rows in runs:
         torch.manual_seed(0)
         ref = FusedEmbeddingCollection(_configs(size, pooled), optimizer=optimizer, lr=0.05, backend="reference",
                                        device=device, chunk_size=s["chunk"])
-        off = OffloadedEmbeddingCollection(_configs(size, pooled), hot_rows=0.3, optimizer=optimizer, lr=0.05,
+        off = OffloadedEmbeddingCollection(_configs(size, pooled), hot_rows=hot_rows, optimizer=optimizer, lr=0.05,
                                            backend="triton", device=device, chunk_size=s["chunk"],
                                            cold_access=cold_access)
         off.load_from_fused(ref)
         order = SumOrder(ref.weight, optimizer, ref.lr, ref.betas)
-        what = f"offloaded {cold_access} {optimizer} pooled={pooled}"
+        what = f"offloaded {cold_access} {optimizer} pooled={pooled} hot_rows={hot_rows}"
         for step in range(3):
             feats = _batch(size, device, 40 + step, pooled=pooled, empty=(step == 1))
             outs = []

@@ -89,6 +89,13 @@ def test_every_kernel_launch_of_the_collections_compiles_for_sm90(native_builds)
     assert {b["constexprs"]["BLOCK_D"] for b in builds} == {16, 64, 128, 512}
 
 
+def test_direct_cold_access_builds_read_the_host_rows_in_the_same_kernels(native_builds):
+    """The offloaded collection's direct access compiles the gather, pooled and update kernels
+    with their cold-rows branch (SPLIT), not a fallback to staging."""
+    split = {b["kernel"] for b in native_builds["builds"] if b["constexprs"].get("SPLIT")}
+    assert split == {"gather", "pooled", "update"}, split
+
+
 def test_no_kernel_spills_registers(native_builds):
     """ptxas keeps every kernel's working set in registers: a spill would go through local
     memory on every row, at a cost the interpreter cannot show."""

@@ -521,6 +521,77 @@ def test_direct_access_deep_copy_trains_like_the_original():
     _assert_same(fused, twin, "adagrad", "deep copy", atol=0.0)
 
 
+def test_a_collection_pickled_before_direct_access_still_loads_and_trains():
+    """A pickle of the collection from before ``cold_access`` existed has neither attribute: the
+    class defaults (staged access) stand in."""
+    fused, off = _pair("adam", [3, 10, 2])
+    state = off.__getstate__()
+    for name in ("cold_access", "_cold_locked"):
+        del state[name]
+    old = OffloadedEmbeddingCollection.__new__(OffloadedEmbeddingCollection)
+    old.__setstate__(state)
+    assert old.cold_access == "staged"
+    _train(fused, old, "adam", steps=2, atol=0.0)
+
+
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
+def test_half_keeps_the_rows_in_fp32(cold_access):
+    """``.half()`` (of a whole model, say) leaves the rows and their state fp32, what the kernels
+    and the host store keep; the outputs follow ``dtype``."""
+    fused, off = _pair("adam", [3, 10, 2], cold_access=cold_access)
+    off.half()
+    assert off.hot_weight.dtype == off.hot_exp_avg.dtype == torch.float32 and off.cold_weight.dtype == torch.float32
+    _train(fused, off, "adam", steps=2, atol=0.0)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_a_locked_store_starts_and_trains_like_an_ordinary_one(monkeypatch, optimizer):
+    """The layout and initial state of the store direct access allocates locked (on a GPU) --
+    checked here with the locking itself, which needs CUDA, left out: ordinary memory."""
+    import tabloader.torch.offload as offload_module
+    import tabloader.torch.page_locked as page_locked
+
+    allocated = []
+
+    def ordinary(shape, dtype=torch.float32):
+        allocated.append(tuple(shape))
+        return torch.empty(shape, dtype=dtype)
+
+    monkeypatch.setattr(offload_module, "pins_host_memory", lambda device: True)
+    monkeypatch.setattr(page_locked, "page_locked_empty", ordinary)
+    configs = _configs()
+    torch.manual_seed(0)
+    fused = FusedEmbeddingCollection(configs, optimizer=optimizer, lr=0.05, initial_accumulator_value=0.1)
+    off = OffloadedEmbeddingCollection(configs, hot_rows=[3, 10, 2], optimizer=optimizer, lr=0.05,
+                                       initial_accumulator_value=0.1, cold_access="direct")
+    cold_rows = sum(CARDS) - 15
+    assert allocated == [(cold_rows, DIM)] + ([(cold_rows,)] if optimizer == "adagrad" else [(cold_rows, DIM)] * 2)
+    for cfg in configs:  # the states start as the fused collection's
+        for key in STATES[optimizer]:
+            start = fused.table_offsets[cfg.name]
+            torch.testing.assert_close(off.table_state(cfg.name, key),
+                                       getattr(fused, key)[start:start + cfg.num_embeddings], rtol=0, atol=0)
+    off.load_from_fused(fused)
+    _train(fused, off, optimizer, steps=2, atol=0.0)
+
+
+@pytest.mark.gpu
+def test_page_locked_memory_is_registered_for_its_size_and_released():
+    """page_locked_empty: pinned host memory a GPU copies from, registered again after being freed
+    (the registration ends with the tensor), empty tensors included."""
+    from tabloader.torch.page_locked import page_locked_copy, page_locked_empty
+
+    for _ in range(3):  # the same addresses come back from the allocator: no "already registered"
+        store = page_locked_empty((1000, 33), torch.float32)
+        assert store.is_pinned() and store.shape == (1000, 33) and store.is_contiguous()
+        store.copy_(torch.arange(33_000, dtype=torch.float32).view(1000, 33))
+        assert torch.equal(store.to("cuda", non_blocking=True).cpu(), store)
+        del store
+    assert page_locked_empty((0, 4)).shape == (0, 4)
+    source = torch.randn(7, 3)
+    assert torch.equal(page_locked_copy(source), source)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 def test_cuda_direct_access_never_waits_for_the_gpu(optimizer):
@@ -561,6 +632,9 @@ def test_cuda_direct_access_needs_the_kernels_and_pins_a_deep_copy():
 
     with pytest.raises(RuntimeError, match="cold_access='direct' on cuda"):
         OffloadedEmbeddingCollection(_configs(), hot_rows=3, device="cuda", backend="reference", cold_access="direct")
+    on_host = OffloadedEmbeddingCollection(_configs(), hot_rows=3, backend="reference", cold_access="direct")
+    with pytest.raises(RuntimeError, match="cold_access='direct' on cuda"):
+        on_host.cuda()  # moved where the reference cannot reach the host rows
     fused, off = _pair("adam", [3, 10, 2], device="cuda", cold_access="direct")
     twin = copy.deepcopy(off)
     for coll in (fused, twin):

@@ -24,16 +24,21 @@ rows ``[0, hot[t])`` (and their optimizer state) live in one device buffer, rows
 Per batch the forward (and ``prefetch``) waits for the GPU once: one ``torch.unique`` gives the
 cold rows to stage and the split into hot and cold lookups.
 
-*Direct access* (``cold_access="direct"``): the cold rows and their states live in pinned host
-memory, which a GPU addresses directly (CUDA's unified addressing), and the Triton kernels read
-and update them there, in the same launches as the hot rows: the hot and the cold rows form one
-row space (hot rows first), whose rows from ``total_hot`` on are in host memory. Nothing is
+*Direct access* (``cold_access="direct"``): the cold rows and their states live in page-locked
+host memory, which a GPU addresses directly (CUDA's unified addressing), and the Triton kernels
+read and update them there, in the same launches as the hot rows: the hot and the cold rows form
+one row space (hot rows first), whose rows from ``total_hot`` on are in host memory. Nothing is
 staged, copied back or waited for: no ``torch.unique``, no worker thread, no host
-synchronization per batch (beyond ``validate_indices``'s), and each cold row crosses the bus
-once per lookup kernel instead of in the staging copies. The whole cold store is pinned (page-locked),
-which takes that much host memory from the OS. On a GPU it needs the Triton kernels; ``prefetch``
-does nothing in this mode. The staged mode stays the default until the direct one has been
-timed on a GPU (``benchmarks/offload.py`` times both).
+synchronization per batch (beyond ``validate_indices``'s). Over the bus go, per step, the
+forward's cold lookups (a row per lookup: a row looked up twice is read twice) and the update's
+reads and writes of each touched cold row and its state. The whole store is locked, at its
+exact size (:mod:`tabloader.torch.page_locked`): that much host memory is taken from the OS
+while the collection lives, and locking it takes time (once, at construction, after unpickling
+or a deep copy, and on a move to a GPU). On a GPU it needs the Triton kernels; ``prefetch``
+does nothing in this mode. ``state_dict()`` holds the live host tensors, as it holds a module's
+live parameters: the GPU goes on updating them with the next steps (clone them to keep a
+snapshot while training goes on). The staged mode stays the default until the direct one has
+been timed on a GPU (``benchmarks/offload.py`` times both).
 
 *Prefetch*: ``coll.prefetch(next_features)`` before the current batch's forward hands the next
 batch early: its unique cold rows are found at once, and the worker thread gathers them (and
@@ -138,8 +143,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             gathers a batch's rows into a pinned staging buffer anyway, and pinning hundreds of
             GB is slow and takes them from the OS).
         cold_access: ``"staged"`` (default: a batch's cold rows are copied to the device and
-            back) or ``"direct"`` (the kernels read and update the cold rows in pinned host
-            memory; see the module's text). ``"direct"`` pins the host store.
+            back) or ``"direct"`` (the kernels read and update the cold rows in page-locked host
+            memory; see the module's text). ``"direct"`` locks the whole host store (``pin_cold``
+            is for staging only).
 
     Attributes: ``hot_rows`` (list, per table), ``hot_weight`` (the device parameter
     ``[sum hot, D]``), ``cold_weight`` (host ``[sum cold, D]``), optimizer states ``hot_*`` /
@@ -158,6 +164,10 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         (torch.Size([3, 4]), torch.Size([100, 4]))
     """
 
+    # defaults of a collection pickled before these attributes existed
+    cold_access = "staged"
+    _cold_locked = False
+
     def __init__(self, configs: Sequence[EmbeddingConfig], hot_rows: Any = None,
                  gpu_budget_bytes: int | None = None, optimizer: str = "adagrad", lr: float = 0.01,
                  eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999),
@@ -171,9 +181,6 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         super().__init__(configs, optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size,
                          device)
         self.cold_access = cold_access
-        if cold_access == "direct" and not is_host(device) and self._kernels_for(device) is None:
-            raise RuntimeError(f"cold_access='direct' on {device} needs the Triton kernels (backend={backend!r} "
-                               "runs the PyTorch reference there, which cannot read host rows from the device)")
         d = self.embedding_dim
         sizes = [c.num_embeddings for c in self.configs]
         self.hot_rows = resolve_hot_rows(hot_rows, gpu_budget_bytes, [c.name for c in self.configs], sizes, d,
@@ -207,13 +214,23 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
 
         # device part: a parameter (so autograd calls our backward) and buffers
         self.hot_weight = nn.Parameter(torch.empty((h, d), dtype=torch.float32, device=device))
+        self._check_direct_access()
         for name, state in zip(STATE_NAMES[optimizer], self._new_states(h, initial_accumulator_value, device=device)):
             self.register_buffer("hot_" + name, state)
         # host part: plain tensors (module.to() must not move them); saved by _save_to_state_dict
-        pin = (bool(pin_cold) or cold_access == "direct") and pins_host_memory(device)
-        self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
-        self.cold_state1, self.cold_state2 = (self._new_states(c, initial_accumulator_value, pin_memory=pin)
-                                              + [None, None])[:2]
+        self._cold_locked = cold_access == "direct" and pins_host_memory(device)  # in memory the GPU addresses
+        if self._cold_locked:
+            from tabloader.torch.page_locked import page_locked_empty
+
+            self.cold_weight = page_locked_empty((c, d))
+            # each state's initial row, repeated into locked memory (no second store-sized copy)
+            states = [page_locked_empty((c,) + tuple(t.shape[1:])).copy_(t.expand((c,) + tuple(t.shape[1:])))
+                      for t in self._new_states(1, initial_accumulator_value)]
+        else:
+            pin = bool(pin_cold) and pins_host_memory(device)
+            self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
+            states = self._new_states(c, initial_accumulator_value, pin_memory=pin)
+        self.cold_state1, self.cold_state2 = (states + [None, None])[:2]
         self._tasks: list[Future] = []  # the worker's queue: write-backs and prefetch gathers, in order
         self._writes: list[tuple[Future, _Staged]] = []  # write-backs whose scatter may not have run, oldest first
         self._worker: ThreadPoolExecutor | None = None
@@ -222,7 +239,6 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         # prefetch(next) is called before the current forward
         self._prefetched: collections.deque[_Prefetch] = collections.deque(maxlen=_PREFETCHES)
         self._cold_version = 0
-        self._cold_used: Any = None  # direct access: a CUDA event after the last kernel that used the cold rows
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -339,8 +355,53 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._flush()
         state = self.__dict__.copy()
         state.update(_worker=None, _side_stream=None, _prefetched=collections.deque(maxlen=_PREFETCHES), _tasks=[],
-                     _writes=[], _cold_used=None)
+                     _writes=[], _cold_locked=False)  # a copy's store is ordinary memory until locked again
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling / ``copy.deepcopy``: direct access locks the copy's host store at once."""
+        super().__setstate__(state)
+        self._lock_cold_store()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "OffloadedEmbeddingCollection":
+        """``module.to(...)``, ``.cuda()``, ``.half()`` ...: the host store stays where it is; the
+        hot rows and their state stay fp32 (the kernels and the host store keep fp32 rows: set
+        ``dtype`` for the outputs' precision); direct access checks the new device and locks the
+        store for it."""
+        rows = ["hot_" + name for name in STATE_NAMES[self.optimizer]]
+        before = {"hot_weight": self.hot_weight.data, **{name: self._buffers[name] for name in rows}}
+        super()._apply(fn, recurse)
+        for name, kept in before.items():  # moved, but from the fp32 values (a round trip would round them)
+            moved = self.hot_weight.data if name == "hot_weight" else self._buffers[name]
+            if moved.dtype != torch.float32:
+                moved = kept.to(device=moved.device)
+                if name == "hot_weight":
+                    self.hot_weight.data = moved
+                else:
+                    self._buffers[name] = moved
+        self._check_direct_access()
+        self._lock_cold_store()
+        return self
+
+    def _check_direct_access(self) -> None:
+        device = self.hot_weight.device
+        if self.cold_access == "direct" and not is_host(device) and self._kernels_for(device) is None:
+            raise RuntimeError(f"cold_access='direct' on {device} needs the Triton kernels (backend={self.backend!r} "
+                               "runs the PyTorch reference there, which cannot read host rows from the device)")
+
+    def _lock_cold_store(self) -> None:
+        """Direct access with the hot rows on a GPU: move the host store (weights and states) into
+        page-locked memory of its exact size, which the GPU addresses (see
+        :mod:`tabloader.torch.page_locked`; done once, at construction, after unpickling or on a
+        move to a GPU). Takes the store's size again in host memory while it copies."""
+        if self.cold_access != "direct" or self._cold_locked or not pins_host_memory(self.hot_weight.device):
+            return
+        from tabloader.torch.page_locked import page_locked_copy
+
+        self.cold_weight = page_locked_copy(self.cold_weight)
+        self.cold_state1, self.cold_state2 = (None if t is None else page_locked_copy(t)
+                                              for t in (self.cold_state1, self.cold_state2))
+        self._cold_locked = True
 
     def _store_changed(self) -> None:
         """The host store was rewritten (not by a write-back): staged and prefetched rows are stale."""
@@ -351,10 +412,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         """Wait for the worker's queue (write-backs into the host store, prefetch gathers from it),
         then re-raise the first error of a task. Every task is waited for first: one still running
         after the error was raised would write into the store unseen. With direct access, wait for
-        the GPU's kernels that read or write the host store."""
-        if self._cold_used is not None:
-            self._cold_used.synchronize()
-            self._cold_used = None
+        the GPU: its kernels read and write the host store, on whichever streams they were launched."""
+        if self.cold_access == "direct" and self.hot_weight.device.type == "cuda":
+            torch.cuda.synchronize(self.hot_weight.device)
         tasks = list(dict.fromkeys([*self._tasks, *(task for task, _ in self._writes)]))
         self._tasks, self._writes = [], []
         errors = [task.exception() for task in tasks]  # waits for each
@@ -597,20 +657,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         return dataclasses.replace(plan, rows=torch.where(is_hot, hot_row, cold_row))
 
     def _cold_rows(self) -> ColdRows:
-        """The host store as the kernels' cold rows; pinned again first if it was replaced by
-        unpinned tensors (a deep copy, for one): a GPU addresses only pinned host memory."""
-        if pins_host_memory(self.hot_weight.device) and not self.cold_weight.is_pinned():
-            self.cold_weight = self.cold_weight.pin_memory()
-            self.cold_state1, self.cold_state2 = (None if t is None else t.pin_memory()
-                                                  for t in (self.cold_state1, self.cold_state2))
+        """The host store as the kernels' cold rows (direct access)."""
         return ColdRows(self.total_hot, self.cold_weight, self.cold_state1, self.cold_state2)
-
-    def _cold_used_now(self) -> None:
-        """Direct access: note the kernels just queued on the host store (host reads wait for them)."""
-        device = self.hot_weight.device
-        if device.type == "cuda":
-            self._cold_used = torch.cuda.Event()
-            self._cold_used.record(torch.cuda.current_stream(device))
 
     def _prepare(self, plan: LookupPlan, training: bool) -> _Split | LookupPlan:
         """Split ``plan`` into its hot and cold part; stage the cold rows (and, training, their states).
@@ -636,9 +684,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
     def _lookup(self, split: _Split | LookupPlan, dtype: torch.dtype) -> torch.Tensor:
         if isinstance(split, LookupPlan):  # direct access
             kernels = self._kernels_for(self.hot_weight.device)
-            out = dispatch.lookup(kernels, self.hot_weight.detach(), split, dtype, cold=self._cold_rows())
-            self._cold_used_now()
-            return out
+            return dispatch.lookup(kernels, self.hot_weight.detach(), split, dtype, cold=self._cold_rows())
         plan, d = split.plan, self.embedding_dim
         n_out = plan.batch * plan.num_features
         hot_w = self.hot_weight.detach()
@@ -660,7 +706,6 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         if isinstance(split, LookupPlan):  # direct access: one update over both parts of the row space
             self._update_rows(self.hot_weight.detach(), hot_states[0], hot_states[1], split, grad,
                               self._direct_padding_rows, cold=self._cold_rows())
-            self._cold_used_now()
             return
         self._update_rows(self.hot_weight.detach(), hot_states[0], hot_states[1], split.hot, grad,
                           self._hot_padding_rows)
