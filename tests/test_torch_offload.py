@@ -447,10 +447,11 @@ def test_a_failed_write_back_is_raised_after_every_queued_task_finished(monkeypa
     assert finished == ["failed", "done"]
 
 
-def test_deepcopy_after_prefetch_and_training():
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
+def test_deepcopy_after_prefetch_and_training(cold_access):
     import copy
 
-    fused, off = _pair("adagrad", [3, 10, 2])
+    fused, off = _pair("adagrad", [3, 10, 2], cold_access=cold_access)
     off.prefetch(_batch(1))
     for coll in (fused, off):
         coll(_batch(0)).sum().backward()
@@ -507,18 +508,6 @@ def test_direct_access_takes_no_prefetch_and_reads_the_store_in_place():
         cold_t0 = fused.weight.detach()[start + 3:start + CARDS[0]]
         assert torch.equal(off.cold_weight[:CARDS[0] - 3], cold_t0)  # no write-back queue in between
     _assert_same(fused, off, "adam", "direct", atol=0.0)
-
-
-def test_direct_access_deep_copy_trains_like_the_original():
-    import copy
-
-    fused, off = _pair("adagrad", [3, 10, 2], cold_access="direct")
-    for coll in (fused, off):
-        coll(_batch(0)).sum().backward()
-    twin = copy.deepcopy(off)
-    for coll in (fused, twin):
-        coll(_batch(1)).sum().backward()
-    _assert_same(fused, twin, "adagrad", "deep copy", atol=0.0)
 
 
 def test_a_collection_pickled_before_direct_access_still_loads_and_trains():
