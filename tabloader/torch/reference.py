@@ -57,7 +57,7 @@ class LookupPlan:
 class ColdRows:
     """The rows from ``split`` on of a row space, kept in tensors of their own.
 
-    The host-offloaded collection's direct mode keeps its cold rows in pinned host memory, which
+    The host-offloaded collection's direct mode keeps its cold rows in page-locked host memory, which
     the kernels read and update in place. The functions that take a ``cold`` argument read
     row ``r`` of the row space from the tensors they are given when ``r < split``, and row
     ``r - split`` of ``weight`` (and of ``state1`` / ``state2``, the optimizer states) otherwise.
