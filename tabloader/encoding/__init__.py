@@ -14,7 +14,10 @@ Primitives, and how each maps to the two libraries (the GPU module gets cuDF and
 vocabulary the same order, so CPU and GPU give identical ids):
 
 * ``normalize_column`` -- CPU: numpy values and a bool mask (a nullable column's own
-  buffers, not copied); strings as a pyarrow string array. GPU: CuPy values
+  buffers, not copied); strings as a pyarrow string array, or as codes into a dictionary
+  (:mod:`~tabloader.encoding.cpu.coded_strings`: columns the parquet reader gives as their
+  dictionary codes, categoricals of strings), which are counted by ``np.bincount``, looked up
+  and hashed once per distinct string. GPU: CuPy values
   (``Series.values``, or ``to_cupy(na_value=...)`` with nulls) and ``isna()`` as the mask;
   strings stay a cuDF string Series; categoricals are decategorized on the device.
 * ``count_values`` (``count_values_each``: several columns of a partition at once) -- CPU:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.encoding.contract import label_of
+from tabloader.encoding.cpu.coded_strings import CodedStrings, from_dictionary_array
 from tabloader.encoding.lists import as_list_column
 
 KINDS = ("int", "float", "str", "null")
@@ -74,7 +75,11 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         missing = codes < 0
         if len(dtype.categories) == 0:
             return NormalizedColumn("null", np.zeros(len(codes)), np.ones(len(codes), bool))
-        taken = normalize_column(op, name, pd.Series(dtype.categories)).take(np.where(missing, 0, codes))
+        categories = normalize_column(op, name, pd.Series(dtype.categories))
+        codes = np.where(missing, 0, codes)
+        if categories.kind == "str":  # the codes are kept: counted and looked up per category
+            return CodedStrings(codes, categories.values, missing if missing.any() else None)
+        taken = categories.take(codes)
         mask = missing if taken.mask is None else (missing | taken.mask)
         values = taken.values
         if taken.kind == "str" and missing.any():  # strings are null where the mask says so
@@ -82,6 +87,8 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         return NormalizedColumn(taken.kind, values, mask if mask.any() else None)
     if isinstance(dtype, pd.ArrowDtype) and pa.types.is_null(dtype.pyarrow_dtype):  # arrow's all-null type
         return NormalizedColumn("null", np.zeros(len(series)), np.ones(len(series), bool))
+    if isinstance(dtype, pd.ArrowDtype) and pa.types.is_dictionary(dtype.pyarrow_dtype):
+        return _normalize_dictionary(op, name, series)
     if pdt.is_bool_dtype(dtype) or pdt.is_integer_dtype(dtype):
         unsigned64 = pdt.is_unsigned_integer_dtype(dtype) and str(dtype).lower().startswith("uint64")
         values, mask = _masked_buffers(series)
@@ -112,6 +119,19 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
             return NormalizedColumn("null", np.zeros(len(arr)), np.ones(len(arr), bool))
         return NormalizedColumn("str", arr, arrow_null_mask(arr))
     raise _type_error(op, name, dtype)
+
+
+def _normalize_dictionary(op: Any, name: Any, series: pd.Series) -> Any:
+    """A column of arrow dictionary type (as parquet files store strings): strings as their
+    :class:`~tabloader.encoding.cpu.coded_strings.CodedStrings`, other values decoded."""
+    import pyarrow as pa
+
+    arr = pa.array(series.array)  # the ArrowExtensionArray's own chunks (not copied)
+    coded = from_dictionary_array(arr)
+    if coded is not None:
+        return coded
+    decoded = arr.cast(arr.type.value_type)
+    return normalize_column(op, name, pd.Series(pd.arrays.ArrowExtensionArray(decoded), copy=False))
 
 
 def arrow_null_mask(arr: Any) -> np.ndarray | None:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader.encoding.contract import label_of
+from tabloader.encoding.cpu.coded_strings import CodedStrings
 from tabloader.encoding.cpu.columns import NormalizedColumn, as_pandas, common_int_dtype, null_mask
 from tabloader.encoding.cpu.short_strings import pack_strings, unpack_strings
 
@@ -64,6 +65,9 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
     if len(cols) == 1 and kinds[0] in ("int", "float"):
         keys, counts = _count_numbers(cols[0].values, mask, nulls)
         return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds}
+    if len(cols) == 1 and isinstance(cols[0], CodedStrings):
+        keys, counts = _count_coded(cols[0], mask)
+        return {"keys": [keys], "counts": counts, "nulls": nulls, "kinds": kinds}
     if len(cols) == 1:  # strings: null where their own mask says so, so only another mask needs filtering
         col = cols[0] if mask is None or mask is cols[0].mask else cols[0].filter(~mask)
         packed = pack_strings(col.values, col.mask)
@@ -93,6 +97,20 @@ def count_values_each(jobs: Sequence[tuple[Sequence[NormalizedColumn], Any]]) ->
         [[1, 2], [1, 1]]
     """
     return [count_values(cols, mask) for cols, mask in jobs]
+
+
+def _count_coded(col: CodedStrings, mask: np.ndarray | None) -> tuple[Any, np.ndarray]:
+    """The strings of the rows outside ``mask`` and their int64 counts, by counting the codes.
+    Short strings of one length come in the order of their integer codes (as
+    :func:`count_values` gives them), so that merging partials is a merge of sorted runs."""
+    counts = col.code_counts(mask)
+    seen = np.flatnonzero(counts)
+    keys, counts = col.dictionary.take(seen), counts[seen]
+    packed = pack_strings(keys, None)
+    if packed is not None:
+        order = np.argsort(packed[0])
+        keys, counts = keys.take(order), counts[order]
+    return keys, counts
 
 
 def _count_numbers(values: np.ndarray, mask: np.ndarray | None, nulls: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from tabloader import backend
 from tabloader.encoding.contract import NULL_HASH
+from tabloader.encoding.cpu.coded_strings import CodedStrings
 from tabloader.encoding.cpu.columns import NormalizedColumn
 
 
@@ -33,6 +34,8 @@ def hash_values(col: NormalizedColumn) -> np.ndarray:
         as_int = np.where(integral, values, 0).astype(np.int64)
         bits = np.where(values == 0, 0.0, values).view(np.int64)  # -0.0 hashes as 0
         out = backend.hash_int64(np.where(integral, as_int, bits))
+    elif isinstance(col, CodedStrings) and len(col.dictionary) <= len(col):  # each distinct string hashed once
+        out = col.decode(backend.hash_strings(col.dictionary))
     elif col.kind == "str":
         encoded = pc.dictionary_encode(col.values)
         dictionary = encoded.dictionary

@@ -9,6 +9,7 @@ import pandas as pd
 
 from tabloader import backend
 from tabloader.encoding.contract import NULL_ID, OOV_START, label_of
+from tabloader.encoding.cpu.coded_strings import CodedStrings
 from tabloader.encoding.cpu.columns import NormalizedColumn, arrow_null_mask, exact_ints, normalize_column
 from tabloader.encoding.cpu.hashing import cross_hash
 from tabloader.encoding.cpu.short_strings import pack_strings
@@ -65,6 +66,8 @@ class ValueLookup:
         if len(level) == 0 or col.kind == "null":
             return np.full(len(col), -1, dtype=np.int64)
         check_query_kind(self.op, self.what, level.kind, col.kind)
+        if isinstance(col, CodedStrings) and len(col.dictionary) <= len(col):
+            return col.decode(level.find(col.dictionary))  # each distinct string looked up once
         return level.find(col.values)
 
     def positions(self, cols: Sequence[NormalizedColumn]) -> np.ndarray:
