@@ -323,7 +323,8 @@ def _cudf_arrow_schema(frame: Any) -> Any:
     return schema
 
 
-def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), copy: bool = True) -> Any:
+def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), copy: bool = True,
+               dictionaries: Collection[str] = ()) -> Any:
     """A pyarrow Table as a DataFrame on ``device``.
 
     On the CPU, arrow types keep pandas' conventions and lose no value: integer and boolean
@@ -339,6 +340,11 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
     float columns then share the table's value buffers instead of being copied (floats with
     nulls are copied once, to hold NaN). The frame is the same either way.
 
+    The columns named in ``dictionaries`` that are of arrow dictionary type stay so (a
+    ``pd.ArrowDtype``, the arrays not copied), where pandas would build a Categorical, unifying
+    the dictionaries of every chunk (seconds per million rows of ids): the categorical encoders
+    read their codes (:mod:`tabloader.encoding.cpu.coded_strings`). Not on the GPU.
+
     Example:
         >>> import pyarrow as pa
         >>> t = pa.table({"a": pa.array([2**60 + 1, None]), "b": [1, 2], "c": [1, 2]})
@@ -350,6 +356,16 @@ def from_arrow(table: Any, device: str = "cpu", nullable: Collection[str] = (), 
     """
     if resolve_device(device) == "cuda":
         return cudf().DataFrame.from_arrow(cudf_arrow_table(table))
+    import pyarrow as pa
+
+    kept = {name for name in dictionaries if name in table.column_names
+            and pa.types.is_dictionary(table.schema.field(name).type)}
+    if kept and len(set(table.column_names)) == table.num_columns:
+        frame = from_arrow(table.drop_columns(list(kept)), device, nullable, copy)
+        arrays = {name: pd.Series(pd.arrays.ArrowExtensionArray(table.column(name)), index=frame.index, copy=False)
+                  for name in kept}
+        return pd.DataFrame({name: arrays[name] if name in kept else frame[name] for name in table.column_names},
+                            index=frame.index, copy=False)
     if copy or table.schema.pandas_metadata or len(set(table.column_names)) < table.num_columns \
             or not table.num_columns:
         return _to_pandas(table, nullable)
@@ -638,14 +654,15 @@ def _cudf_read_parquet(paths: list[str], columns: Sequence[str] | None, row_grou
 
 
 def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
-                       filesystem: Any = None, memory_pool: Any = None) -> Any:
+                       filesystem: Any = None, memory_pool: Any = None, read_dictionary: Sequence[str] = ()) -> Any:
     """Read one parquet file (optionally some row groups) into a pyarrow Table.
 
     ``filesystem`` is an fsspec or pyarrow file system (default: the local disk); a column
     missing from the file raises a KeyError naming it. With a ``memory_pool`` (a pyarrow
     ``MemoryPool``) the columns are decoded into it, by pyarrow's dataset reader; without, by
     its ParquetFile reader, which takes about 5% less CPU but only allocates from the default
-    pool.
+    pool. The ``read_dictionary`` columns (binary or string) come as arrow dictionary arrays,
+    one dictionary per row group, as the file stores them.
     """
     import pyarrow.parquet as pq
 
@@ -655,11 +672,12 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
     columns = None if columns is None else list(columns)
     row_groups = None if row_groups is None else list(row_groups)
     if memory_pool is None:
-        with pq.ParquetFile(str(path), filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT) as file:
+        with pq.ParquetFile(str(path), filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT,
+                            read_dictionary=list(read_dictionary) or None) as file:
             table = (file.read(columns=columns, use_threads=True) if row_groups is None
                      else file.read_row_groups(row_groups, columns=columns, use_threads=True))
     else:
-        table = _read_parquet_fragment(str(path), fs, columns, row_groups, memory_pool)
+        table = _read_parquet_fragment(str(path), fs, columns, row_groups, memory_pool, read_dictionary)
     read = set(table.column_names)  # neither reader returns a column the file lacks
     missing = [c for c in columns or () if c not in read]
     if missing:
@@ -667,11 +685,12 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
     return table
 
 
-def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups: list | None, pool: Any) -> Any:
+def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups: list | None, pool: Any,
+                           read_dictionary: Sequence[str]) -> Any:
     import pyarrow.dataset as pds
 
     scan = pds.ParquetFragmentScanOptions(pre_buffer=True)
-    options = pds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT)
+    options = pds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT, dictionary_columns=set(read_dictionary))
     fragment = pds.ParquetFileFormat(read_options=options, default_fragment_scan_options=scan).make_fragment(
         path, filesystem=fs, row_groups=row_groups)
     if columns is not None:

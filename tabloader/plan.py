@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tabloader.graph import Node, NodeColumns, OpNode, resolve
+from tabloader.graph import Node, NodeColumns, OpNode, SelectNode, resolve
 from tabloader.schema import Schema
 
 
@@ -64,6 +64,39 @@ class Plan:
         for node, columns in self._columns.items():
             cols += [c for c in node.data_columns(columns) if c not in cols]
         return cols
+
+    @property
+    def encoded_only_columns(self) -> list[str]:
+        """Columns of the input data read by nothing but operators that take strings as
+        dictionary codes (``takes_coded_strings``, the categorical encoders), straight from a
+        selection: a reader may give them as codes (:meth:`tabloader.Dataset.with_coded_strings`),
+        as no other operator and no output sees them.
+
+        Example:
+            >>> import pandas as pd
+            >>> from tabloader import ops
+            >>> filled = ["b", "c"] >> ops.FillMissing("?") >> ops.Rename(postfix="_f")
+            >>> graph = (["a", "b"] >> ops.Categorify()) + filled
+            >>> Plan.resolve(graph, Schema.from_frame(pd.DataFrame({c: ["x"] for c in "abc"}))).encoded_only_columns
+            ['a']
+        """
+        children: dict[int, list[Node]] = {}
+        for node in self._columns:
+            for parent in node.parents:
+                children.setdefault(id(parent), []).append(node)
+
+        def only_encoders(node: Node) -> bool:
+            readers = children.get(id(node), [])
+            return node is not self.output and bool(readers) and all(
+                isinstance(r, OpNode) and getattr(r.op, "takes_coded_strings", False)
+                and all(p is not node for p in r.parents[1:]) for r in readers)
+
+        readers: dict[str, list[Node]] = {}
+        for node, columns in self._columns.items():
+            for name in node.data_columns(columns):
+                readers.setdefault(name, []).append(node)
+        return [name for name, nodes in readers.items()
+                if all(isinstance(n, SelectNode) and only_encoders(n) for n in nodes)]
 
     @property
     def preserves_rows(self) -> bool:

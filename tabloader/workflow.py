@@ -117,7 +117,8 @@ class Workflow:
         from tabloader.scheduler import compute_tasks, shared_calls
 
         where = [partition_name(dataset, i) for i in range(dataset.npartitions)]
-        parts = shared_calls(_PartialStats(plan, nodes), list(zip(dataset.to_delayed(plan.input_columns), where)),
+        coded = dataset.with_coded_strings(plan.encoded_only_columns)  # the encoders read their codes
+        parts = shared_calls(_PartialStats(plan, nodes), list(zip(coded.to_delayed(plan.input_columns), where)),
                              "partial-stats")
         merge = _MergeStats(nodes)
         while len(parts) > 1:  # one shared key per level: the nodes (and state fitted upstream) sent once, not per task
@@ -144,8 +145,9 @@ class Workflow:
         self._check_fitted()
         if isinstance(data, Dataset):
             self._check_input(data.schema.column_names, "data")
-            return data.with_transform(self.transform_frame, self.output_schema, self.input_columns,
-                                       self.plan_.preserves_rows)
+            coded = data.with_coded_strings(self.plan_.encoded_only_columns)  # the encoders read their codes
+            return coded.with_transform(self.transform_frame, self.output_schema, self.input_columns,
+                                        self.plan_.preserves_rows)
         if backend.is_frame(data):
             self._check_input(list(data.columns), "DataFrame")
             return self.transform_frame(data)

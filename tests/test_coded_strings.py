@@ -1,6 +1,8 @@
 """String columns read as dictionary codes (parquet's own encoding) are counted, looked up and
 hashed from their codes: the vocabularies and ids stay those of the pure-Python reference
-(:mod:`encoding_reference`), whatever the chunks' dictionaries, nulls, lengths and partitions."""
+(:mod:`encoding_reference`), whatever the chunks' dictionaries, nulls, lengths and partitions;
+the parquet reader gives codes only for column chunks stored as codes only, and a workflow asks
+for them only for the columns nothing but its encoders read."""
 
 from __future__ import annotations
 
@@ -9,10 +11,18 @@ import random
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings, strategies as st
 
+import tabloader as tl
+from tabloader import ops
 from tabloader.encoding import cpu
 from tabloader.encoding.cpu.coded_strings import CodedStrings, from_dictionary_array
+from tabloader.graph import SelectNode
+from tabloader.plan import Plan
+from tabloader.schema import Schema
+from tabloader.selector import ColumnSelector
 
 from encoding_reference import expected_ids, py_hash, reference_vocabulary
 
@@ -111,3 +121,91 @@ def test_categoricals_of_strings_are_coded_and_others_decoded():
     assert decoded.kind == "int" and decoded.values[[0, 2]].tolist() == [7, 7] and decoded.mask.tolist() == [0, 1, 0]
     empty = pd.Series(pd.arrays.ArrowExtensionArray(pa.array([None, None], pa.string()).dictionary_encode()))
     assert cpu.normalize_column(OP, "c", empty).kind == "null"
+
+
+# --- the parquet reader -------------------------------------------------------------------------
+def hex_ids(rng, n: int, distinct: int) -> pa.Array:
+    values = np.array([f"{v:08x}" for v in rng.integers(0, distinct, n)], dtype=object)
+    values[rng.random(n) < 0.05] = None
+    return pa.array(values, pa.string())
+
+
+def test_the_reader_gives_codes_only_for_chunks_stored_as_codes(tmp_path):
+    """Dictionary-coded chunks come as codes; chunks written plainly, or whose dictionary
+    overflowed into PLAIN pages, come as strings, and a partition mixing both as strings."""
+    rng = np.random.default_rng(0)
+    few, many = hex_ids(rng, 20_000, 50), hex_ids(rng, 20_000, 10**9)
+    table = pa.table({"few": few, "many": many, "x": np.arange(20_000)})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=10_000, dictionary_pagesize_limit=16_384)
+    pq.write_table(table, tmp_path / "b.parquet", row_group_size=10_000, use_dictionary=False)
+    ds = tl.Dataset(str(tmp_path), part_size="400KB")
+    coded = ds.with_coded_strings(["few", "many", "x"])
+    stored = [sorted(frozenset.intersection(*(p.coded for p in part))) for part in coded._source.partitions]
+    assert stored[0] == ["few"] and stored[-1] == []
+    for i in range(coded.npartitions):
+        frame, plain = coded.read_partition(i), ds.read_partition(i)
+        is_codes = str(frame["few"].dtype).startswith("dictionary")
+        assert is_codes == (stored[i] == ["few"])
+        assert frame["many"].dtype == plain["many"].dtype and frame["x"].dtype == plain["x"].dtype
+        assert frame["few"].astype(object).where(frame["few"].notna(), None).tolist() == \
+            plain["few"].astype(object).where(plain["few"].notna(), None).tolist()
+    assert ds.read_partition(0)["few"].dtype == tl.backend.STRING_DTYPE  # the dataset itself is left as it was
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "polars", "duckdb"])
+def test_a_workflow_over_coded_files_gives_the_ids_of_pandas_by_hand(tmp_path, writer):
+    """Files as other tools write them (no pandas metadata, several row groups, hex ids and
+    longer strings): a workflow that reads the id columns as codes gives the ids an independent
+    pandas computation gives, and columns other operators read stay strings."""
+    rng = np.random.default_rng(1)
+    n = 30_000
+    columns = {"C1": hex_ids(rng, n, 300), "C2": pa.array([f"user-{v}" for v in rng.zipf(1.4, n) % 5000]),
+               "C3": hex_ids(rng, n, 40), "label": pa.array(rng.integers(0, 2, n))}
+    for i in range(2):
+        part = pa.table({k: v.slice(i * n // 2, n // 2) for k, v in columns.items()})
+        path = str(tmp_path / f"part_{i}.parquet")
+        if writer == "pyarrow":
+            pq.write_table(part, path, row_group_size=4000)
+        elif writer == "polars":
+            pl = pytest.importorskip("polars")
+            pl.from_arrow(part).write_parquet(path, row_group_size=4000)
+        else:
+            duckdb = pytest.importorskip("duckdb")
+            con = duckdb.connect()
+            con.register("part", part)
+            con.execute(f"COPY part TO '{path}' (FORMAT PARQUET, ROW_GROUP_SIZE 4000)")
+    graph = (["C1", "C2"] >> ops.Categorify(freq_threshold=2)) + (["C3"] >> ops.FillMissing("none")
+                                                                  >> ops.Categorify()) + ["label"]
+    workflow = tl.Workflow(graph, progress=False)
+    ds = tl.Dataset(str(tmp_path), part_size="200KB")
+    assert ds.npartitions > 1
+    workflow.fit(ds)
+    assert workflow.plan_.encoded_only_columns == ["C1", "C2"]
+    assert set().union(*(p.coded for part in ds._source.partitions for p in part)) >= {"C1", "C2"}
+    got = workflow.transform(ds).compute()
+    for name, threshold in (("C1", 2), ("C2", 2), ("C3", 0)):
+        values = pd.Series(columns[name].to_pylist(), dtype=object)
+        if name == "C3":
+            values = values.fillna("none")
+        counts = values.value_counts()
+        counts = counts[counts >= threshold]
+        order = sorted(zip(counts.index, counts.to_numpy()), key=lambda vc: (-vc[1], vc[0]))
+        ids = {v: 3 + i for i, (v, _) in enumerate(order)}
+        assert got[name].tolist() == [1 if v is None else ids.get(v, 2) for v in values], name
+
+
+def plan_of(graph) -> Plan:
+    frame = pd.DataFrame({c: pd.Series(["x"], dtype="str") for c in "abcd"} | {"y": [1.0]})
+    return Plan.resolve(graph, Schema.from_frame(frame))
+
+
+def test_only_columns_nothing_but_encoders_read_are_asked_for_as_codes():
+    assert plan_of(["a", "b"] >> ops.Categorify()).encoded_only_columns == ["a", "b"]
+    assert plan_of(["a"] >> ops.HashBucket(5)).encoded_only_columns == ["a"]
+    assert plan_of([("a", "b")] >> ops.Categorify(encode_type="combo")).encoded_only_columns == ["a", "b"]
+    assert plan_of((["a"] >> ops.Categorify()) + (["a"] >> ops.Rename(postfix="_raw"))).encoded_only_columns == []
+    assert plan_of((["a"] >> ops.Categorify()) + ["b"]).encoded_only_columns == ["a"]  # b is output as it is
+    assert plan_of(SelectNode(ColumnSelector(["a"]))).encoded_only_columns == []
+    assert plan_of(["a"] >> ops.FillMissing("?") >> ops.Categorify()).encoded_only_columns == []
+    target = ["a"] >> ops.TargetEncoding("y")  # not an encoder that takes codes
+    assert plan_of(target + (["b"] >> ops.Categorify())).encoded_only_columns == ["b"]

@@ -303,6 +303,27 @@ class Dataset:
         new._schema = schema
         return new
 
+    def with_coded_strings(self, columns: Sequence[str]) -> "Dataset":
+        """This dataset, with the string ``columns`` read as dictionary codes (an arrow dictionary
+        ``pd.ArrowDtype``) where its files store them so, when nothing but the categorical encoders
+        read them: a workflow asks it for the columns only its encoders consume
+        (:attr:`tabloader.plan.Plan.encoded_only_columns`), which then skip decoding a string
+        per row. Other datasets, and GPU or transformed ones, are returned as they are.
+
+        Example:
+            >>> import pandas as pd, tabloader as tl
+            >>> ds = tl.Dataset(pd.DataFrame({"c": ["a", "b"]}))
+            >>> ds.with_coded_strings(["c"]) is ds
+            True
+        """
+        source = self._source.with_coded_strings(columns) if not self._transforms else self._source
+        if source is self._source:
+            return self
+        new = object.__new__(Dataset)
+        new.__dict__.update(self.__dict__)
+        new._source = source
+        return new
+
     @property
     def is_transformed(self) -> bool:
         return bool(self._transforms)

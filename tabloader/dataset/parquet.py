@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Sequence
@@ -22,9 +23,9 @@ import numpy as np
 from tabloader import backend
 from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.partition_filters import kept_files
-from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, file_fields, fixed_list_widths,
-                                              fixed_widths, hive_keys, in_memory_bytes, int96_columns, key_columns,
-                                              names_by_field_id, read_footer)
+from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, dictionary_coded, file_fields,
+                                              fixed_list_widths, fixed_widths, hive_keys, in_memory_bytes,
+                                              int96_columns, key_columns, names_by_field_id, read_footer)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 from tabloader.filesystems import is_local
 
@@ -42,6 +43,7 @@ class Piece:
     num_rows: int
     nbytes: int
     partition: tuple[tuple[str, Any], ...] = ()
+    coded: frozenset[str] = frozenset()  # string columns stored as dictionary codes only in these row groups
 
 
 class ParquetSource(Source):
@@ -90,9 +92,12 @@ class ParquetSource(Source):
         names_in_files = None if self._names_in_files is None else [self._names_in_files[p] for p in files.paths]
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)
-        pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs)
+        strings = self._codable_columns()
+        pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs,
+                        dictionary_coded(f.row_group(i), strings) if strings else frozenset())
                   for path, f, pairs in zip(files.paths, metadata, keys) for i in range(f.num_row_groups)]
         self.partitions = _group_pieces(pieces, part_size)
+        self._coded: frozenset[str] = frozenset()  # the columns read as codes where stored so (with_coded_strings)
 
     def _layout_by_name(self, footers: Sequence[Footer], columns: Sequence[str] | None,
                         partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
@@ -134,6 +139,37 @@ class ParquetSource(Source):
                                 for path, f, must in zip(files.paths, footers, required)}
         return [()] * len(files.paths)
 
+    def _codable_columns(self) -> list[str]:
+        """The string columns the CPU reader may give as dictionary codes: stored under their own
+        names (no table renames them), not hive keys."""
+        import pyarrow as pa
+
+        if self.device == "cuda" or self._names_in_files is not None:
+            return []
+        strings = [f.name for f in self._arrow_schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        return [name for name in strings if name not in self.partition_keys]
+
+    def with_coded_strings(self, columns: Sequence[str]) -> "ParquetSource":
+        """This source, reading the string ``columns`` as dictionary codes (a ``pd.ArrowDtype``
+        of arrow dictionary type) in the partitions whose row groups store them as codes only
+        (:func:`~tabloader.dataset.parquet_layout.dictionary_coded`), and as strings elsewhere.
+        For readers that take such columns: the categorical encoders
+        (:mod:`tabloader.encoding.cpu.coded_strings`). This source itself is left as it is."""
+        coded = frozenset(columns) & frozenset().union(*(p.coded for part in self.partitions for p in part))
+        if coded == self._coded:
+            return self
+        new = copy.copy(self)
+        new._coded = coded
+        return new
+
+    def _coded_columns(self, pieces: Sequence[Piece], target: Any) -> list[str]:
+        """The columns of ``target`` to read as codes from ``pieces`` (every piece stores them so:
+        one partition's chunks must share a type)."""
+        if not self._coded or not pieces:
+            return []
+        stored = frozenset(self._coded).intersection(*(p.coded for p in pieces))
+        return [name for name in target.names if name in stored]
+
     @property
     def npartitions(self) -> int:
         return len(self.partitions)
@@ -158,7 +194,12 @@ class ParquetSource(Source):
         import pyarrow as pa
 
         target = self.target_schema(columns)
-        tables = [self._read_piece(piece, target, memory_pool) for piece in _merge_pieces(self.partitions[index])]
+        pieces = _merge_pieces(self.partitions[index])
+        coded = self._coded_columns(pieces, target)
+        if coded:  # pyarrow reads a dictionary's strings with 32-bit offsets, large_string columns too
+            target = pa.schema([f.with_type(pa.dictionary(pa.int32(), pa.string())) if f.name in coded else f
+                                for f in target])
+        tables = [self._read_piece(piece, target, memory_pool, coded) for piece in pieces]
         if not tables:  # a dataset without row groups
             return target.empty_table()
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables, memory_pool=memory_pool)
@@ -166,7 +207,8 @@ class ParquetSource(Source):
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
         if self.device != "cuda":
             # The partition's table is ours alone: its columns need not be copied into the frame.
-            return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable, copy=False)
+            return backend.from_arrow(self.read_arrow(index, columns), nullable=self.nullable, copy=False,
+                                      dictionaries=self._coded)
         target = self.target_schema(columns)
         pieces = _merge_pieces(self.partitions[index])
         runs = read_together(pieces, self._reads_together) if target.names else [[piece] for piece in pieces]
@@ -202,11 +244,12 @@ class ParquetSource(Source):
         stored = self._names_in_files[path]
         return {n: stored[n] for n in target.names if n in stored}
 
-    def _read_piece(self, piece: Piece, target: Any, memory_pool: Any) -> Any:
+    def _read_piece(self, piece: Piece, target: Any, memory_pool: Any, coded: Sequence[str] = ()) -> Any:
         try:
             names = self._file_columns(piece.path, target)
             table = backend.read_parquet_arrow(piece.path, list(names.values()), piece.row_groups,
-                                               filesystem=self.files.fs, memory_pool=memory_pool)
+                                               filesystem=self.files.fs, memory_pool=memory_pool,
+                                               read_dictionary=[names[c] for c in coded])
             return _conform(_renamed(table, names), piece, target)
         except Exception as exc:
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
@@ -360,7 +403,8 @@ def _merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
         last = merged[-1] if merged else None
         if last is not None and last.path == piece.path and last.row_groups is not None and piece.row_groups is not None:
             merged[-1] = dataclasses.replace(last, row_groups=last.row_groups + piece.row_groups,
-                                             num_rows=last.num_rows + piece.num_rows, nbytes=last.nbytes + piece.nbytes)
+                                             num_rows=last.num_rows + piece.num_rows, nbytes=last.nbytes + piece.nbytes,
+                                             coded=last.coded & piece.coded)
         else:
             merged.append(piece)
     return merged

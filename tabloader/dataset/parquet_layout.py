@@ -392,3 +392,44 @@ def _byte_length(value: Any) -> int:
     """The byte length of a statistics value: bytes as they are, strings in UTF-8, anything else
     a logical type made of the bytes (a decimal, say) by its text."""
     return len(value) if isinstance(value, (bytes, bytearray)) else len(str(value).encode())
+
+
+#: The most bytes per value (compressed, dictionary page left out) of a string column chunk
+#: taken to hold dictionary codes in every data page. Codes take at most ~2.5 bytes per value
+#: for the 1M-entry dictionaries writers allow; a chunk whose dictionary outgrew its page and
+#: went on in PLAIN pages takes the strings' bytes plus a 4-byte length per value (5-10 here).
+CODED_BYTES_PER_VALUE = 3.0
+
+
+def dictionary_coded(row_group: Any, names: Sequence[str]) -> frozenset[str]:
+    """The columns among ``names`` (top-level ones) whose chunk in ``row_group`` (a pyarrow
+    ``RowGroupMetaData``) holds dictionary codes only, with no PLAIN fallback pages: read as
+    codes (:mod:`tabloader.encoding.cpu.coded_strings`), they skip decoding strings per row.
+
+    The footer cannot say it outright (its encodings list PLAIN for the dictionary page itself;
+    page headers would have to be read), so it is judged by the size of the data pages per
+    value (:data:`CODED_BYTES_PER_VALUE`).
+
+    Example:
+        >>> import os, tempfile, numpy as np, pyarrow as pa, pyarrow.parquet as pq
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+        >>> ids = np.arange(200_000)
+        >>> pq.write_table(pa.table({"few": (ids % 100).astype(str), "many": ids.astype(str)}), path)
+        >>> sorted(dictionary_coded(pq.read_metadata(path).row_group(0), ["few", "many"]))
+        ['few']
+    """
+    wanted = set(names)
+    coded = set()
+    for j in range(row_group.num_columns):
+        chunk = row_group.column(j)
+        if chunk.path_in_schema in wanted and _holds_codes_only(chunk):
+            coded.add(chunk.path_in_schema)
+    return frozenset(coded)
+
+
+def _holds_codes_only(chunk: Any) -> bool:
+    dictionary_at, data_at = chunk.dictionary_page_offset, chunk.data_page_offset
+    if not chunk.has_dictionary_page or not dictionary_at or data_at is None or data_at <= dictionary_at:
+        return False
+    data_bytes = chunk.total_compressed_size - (data_at - dictionary_at)
+    return data_bytes <= CODED_BYTES_PER_VALUE * max(chunk.num_values, 1)

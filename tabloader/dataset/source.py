@@ -93,6 +93,12 @@ class Source(abc.ABC):
         """Name -> width of the list columns whose lists all have one length (fixed-size lists)."""
         return {}
 
+    def with_coded_strings(self, columns: Sequence[str]) -> "Source":
+        """This source, reading the string ``columns`` as dictionary codes where it can (see
+        :meth:`~tabloader.dataset.parquet.ParquetSource.with_coded_strings`); the others read
+        strings as strings and return themselves."""
+        return self
+
     def dask_frame(self) -> Any:
         """The Dask DataFrame this source is, if it is one (else None)."""
         return None

@@ -71,6 +71,11 @@ class Operator(metaclass=_OperatorType):
     runs_on: frozenset = frozenset({"cpu", "cuda"})
     #: How the operator runs on the GPU, or why it does not (one sentence, for the docs).
     device_note: str = ""
+    #: True for operators that take a string column as arrow dictionary codes (they normalize
+    #: it with the encoding module, which reads the codes) and output no input column as it is:
+    #: a workflow then lets the reader skip decoding the strings of columns only they read
+    #: (:attr:`tabloader.plan.Plan.encoded_only_columns`).
+    takes_coded_strings: bool = False
 
     # --- what subclasses implement ------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:

@@ -111,6 +111,8 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
     4
     """
 
+    takes_coded_strings = True  # normalized by the encoding module; outputs ids only
+
     device_note = ("Counts with cuDF/CuPy (partials merged on the GPU), sorts the vocabulary on the GPU and copies "
                    "it to the host once at fit; looks values up on the GPU (a binary search in keys sorted once, "
                    "strings by a CuPy kernel).")

@@ -72,6 +72,8 @@ class HashBucket(Operator):
     (0, True)
     """
 
+    takes_coded_strings = True  # normalized by the encoding module; outputs ids only
+
     device_note = "Hashes with CuPy (strings by a CuPy kernel over the cuDF column's bytes): the CPU's bits."
 
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:
