@@ -209,3 +209,12 @@ def test_only_columns_nothing_but_encoders_read_are_asked_for_as_codes():
     assert plan_of(["a"] >> ops.FillMissing("?") >> ops.Categorify()).encoded_only_columns == []
     target = ["a"] >> ops.TargetEncoding("y")  # not an encoder that takes codes
     assert plan_of(target + (["b"] >> ops.Categorify())).encoded_only_columns == ["b"]
+
+
+def test_a_dictionary_repeating_a_string_counts_it_as_one_value():
+    """Parquet does not forbid a writer to repeat a string in a dictionary page."""
+    repeated = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 2, None], pa.int32()), pa.array(["a", "b", "a"]))
+    col = cpu.normalize_column(OP, "c", pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([repeated]))))
+    partial = cpu.count_values([col], col.mask)
+    assert dict(zip(partial["keys"][0].to_pylist(), partial["counts"].tolist())) == {"a": 3, "b": 1}
+    assert col.values.to_pylist() == ["a", "b", "a", "a", None]

@@ -104,7 +104,20 @@ def from_dictionary_array(values: Any) -> "CodedStrings | None":
     masks = [_null_rows(chunk) for chunk in chunks]
     mask = None if all(m is None for m in masks) else np.concatenate(
         [np.zeros(len(chunk), bool) if m is None else m for chunk, m in zip(chunks, masks)])
+    if len(chunks) == 1:  # unified dictionaries are distinct; a file's own need not be
+        codes, dictionary = _distinct(codes, dictionary)
     return CodedStrings(codes, dictionary, mask)
+
+
+def _distinct(codes: np.ndarray, dictionary: Any) -> tuple[np.ndarray, Any]:
+    """``codes`` and ``dictionary`` with every string once in the dictionary: parquet does not
+    forbid a writer to repeat one, and a repeated string would be counted as two values."""
+    import pyarrow.compute as pc
+
+    if pc.count_distinct(dictionary).as_py() == len(dictionary):
+        return codes, dictionary
+    encoded = pc.dictionary_encode(dictionary)
+    return encoded.indices.to_numpy().take(codes), encoded.dictionary
 
 
 def _codes(chunk: Any) -> np.ndarray:
