@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 import tabloader as tl
 from tabloader import ops
 from tabloader.encoding import cpu
+from tabloader.encoding.cpu import columns as columns_module
 from tabloader.encoding.cpu.coded_strings import CodedStrings, from_dictionary_array
 from tabloader.graph import SelectNode
 from tabloader.plan import Plan
@@ -153,7 +154,7 @@ def test_the_reader_gives_codes_only_for_chunks_stored_as_codes(tmp_path):
 
 
 @pytest.mark.parametrize("writer", ["pyarrow", "polars", "duckdb"])
-def test_a_workflow_over_coded_files_gives_the_ids_of_pandas_by_hand(tmp_path, writer):
+def test_a_workflow_over_coded_files_gives_the_ids_of_pandas_by_hand(tmp_path, writer, monkeypatch):
     """Files as other tools write them (no pandas metadata, several row groups, hex ids and
     longer strings): a workflow that reads the id columns as codes gives the ids an independent
     pandas computation gives, and columns other operators read stay strings."""
@@ -179,10 +180,14 @@ def test_a_workflow_over_coded_files_gives_the_ids_of_pandas_by_hand(tmp_path, w
     workflow = tl.Workflow(graph, progress=False)
     ds = tl.Dataset(str(tmp_path), part_size="200KB")
     assert ds.npartitions > 1
+    coded_rows = []  # the encoders get codes, not strings
+    monkeypatch.setattr(columns_module, "from_dictionary_array",
+                        lambda values: coded_rows.append(len(values)) or from_dictionary_array(values))
     workflow.fit(ds)
     assert workflow.plan_.encoded_only_columns == ["C1", "C2"]
-    assert set().union(*(p.coded for part in ds._source.partitions for p in part)) >= {"C1", "C2"}
+    assert sum(coded_rows) == 2 * n
     got = workflow.transform(ds).compute()
+    assert sum(coded_rows) == 4 * n
     for name, threshold in (("C1", 2), ("C2", 2), ("C3", 0)):
         values = pd.Series(columns[name].to_pylist(), dtype=object)
         if name == "C3":
@@ -218,3 +223,61 @@ def test_a_dictionary_repeating_a_string_counts_it_as_one_value():
     partial = cpu.count_values([col], col.mask)
     assert dict(zip(partial["keys"][0].to_pylist(), partial["counts"].tolist())) == {"a": 3, "b": 1}
     assert col.values.to_pylist() == ["a", "b", "a", "a", None]
+
+
+def test_the_column_s_own_nulls_are_left_out_of_the_counts_without_another_mask():
+    values = ["b", None, "a", "c", "c", None, "a"]
+    col = cpu.normalize_column(OP, "c", coded_series(values, [4]))
+    partial = cpu.count_values([col], None)
+    assert dict(zip(partial["keys"][0].to_pylist(), partial["counts"].tolist())) == {"a": 2, "b": 1, "c": 2}
+
+
+def test_sliced_chunks_and_narrow_codes_give_the_strings_they_hold():
+    whole = pa.array([f"s{i % 300}" if i % 11 else None for i in range(900)]).dictionary_encode()
+    sliced = pa.chunked_array([whole.slice(5, 400), whole.slice(450, 300)])
+    col = from_dictionary_array(sliced)
+    assert col.values.to_pylist() == sliced.to_pylist()
+    categorical = pd.Series(pd.Categorical([f"s{i % 300}" for i in range(600)] + [None]))  # int16 codes
+    assert categorical.cat.codes.dtype == np.int16
+    col = cpu.normalize_column(OP, "c", categorical)
+    partial = cpu.count_values([col], col.mask)
+    assert dict(zip(partial["keys"][0].to_pylist(), partial["counts"].tolist())) == {f"s{i}": 2 for i in range(300)}
+
+
+@pytest.mark.parametrize("encode_type", ["combo", "joint"])
+def test_groups_of_coded_columns_give_the_ids_of_their_strings(encode_type):
+    rng = np.random.default_rng(3)
+    a = [None if r < 0.1 else f"a{v}" for r, v in zip(rng.random(400), rng.integers(0, 9, 400))]
+    b = [None if r < 0.1 else f"b{v}" for r, v in zip(rng.random(400), rng.integers(0, 4, 400))]
+    graph = [("a", "b")] >> ops.Categorify(encode_type=encode_type, freq_threshold=2, num_buckets=3)
+    plain = pd.DataFrame({"a": pd.Series(a, dtype="str"), "b": pd.Series(b, dtype="str")})
+    coded = pd.DataFrame({"a": coded_series(a, [150, 300]), "b": coded_series(b, [100])})
+    got = tl.Workflow(graph, progress=False).fit_transform(coded)
+    pd.testing.assert_frame_equal(got, tl.Workflow(graph, progress=False).fit_transform(plain))
+    if encode_type == "combo":
+        pairs = [None if x is None or y is None else (x, y) for x, y in zip(a, b)]
+        assert got["a_b"].tolist() == expected_ids(pairs, freq_threshold=2, num_buckets=3)[0]
+
+
+def test_a_subclass_takes_coded_strings_only_when_it_says_so():
+    class Lowered(ops.Categorify):
+        def transform(self, columns, frame):
+            return super().transform(columns, frame.assign(**{c: frame[c].str.lower() for c in frame.columns}))
+
+    class Declared(ops.HashBucket):
+        takes_coded_strings = True
+
+    assert ops.Categorify.takes_coded_strings and not Lowered.takes_coded_strings and Declared.takes_coded_strings
+    assert plan_of(["a"] >> Lowered()).encoded_only_columns == []
+
+
+def test_near_unique_strings_that_overflow_their_dictionary_are_read_as_strings(tmp_path):
+    """The dictionary outgrows its page and the writer goes on in PLAIN pages, which zstd
+    compresses to under a byte per value: the uncompressed size tells them from codes."""
+    values = pa.array([f"user-{i:010d}" for i in range(200_000)])
+    pq.write_table(pa.table({"u": values}), tmp_path / "a.parquet", compression="zstd")
+    chunk = pq.read_metadata(tmp_path / "a.parquet").row_group(0).column(0)
+    assert chunk.total_compressed_size < chunk.num_values  # the compressed size alone would say codes
+    ds = tl.Dataset(str(tmp_path))
+    assert all(not p.coded for part in ds._source.partitions for p in part)
+    assert ds.with_coded_strings(["u"]) is ds

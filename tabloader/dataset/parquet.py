@@ -25,7 +25,8 @@ from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.partition_filters import kept_files
 from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, dictionary_coded, file_fields,
                                               fixed_list_widths, fixed_widths, hive_keys, in_memory_bytes,
-                                              int96_columns, key_columns, names_by_field_id, read_footer)
+                                              int96_columns, key_columns, names_by_field_id, read_footer,
+                                              top_level_positions)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 from tabloader.filesystems import is_local
 
@@ -69,6 +70,7 @@ class ParquetSource(Source):
     """
 
     engine = "parquet"
+    _coded: frozenset = frozenset()  # the columns read as codes where stored so (with_coded_strings)
 
     def __init__(self, files: FileSet, part_size: int, device: str = "cpu",
                  columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None,
@@ -93,11 +95,12 @@ class ParquetSource(Source):
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)
         strings = self._codable_columns()
+        positions = [top_level_positions(f, strings) if strings else {} for f in metadata]
         pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs,
-                        dictionary_coded(f.row_group(i), strings) if strings else frozenset())
-                  for path, f, pairs in zip(files.paths, metadata, keys) for i in range(f.num_row_groups)]
+                        dictionary_coded(f.row_group(i), at))
+                  for path, f, pairs, at in zip(files.paths, metadata, keys, positions)
+                  for i in range(f.num_row_groups)]
         self.partitions = _group_pieces(pieces, part_size)
-        self._coded: frozenset[str] = frozenset()  # the columns read as codes where stored so (with_coded_strings)
 
     def _layout_by_name(self, footers: Sequence[Footer], columns: Sequence[str] | None,
                         partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
@@ -189,8 +192,8 @@ class ParquetSource(Source):
 
     def read_arrow(self, index: int, columns: Sequence[str] | None = None, memory_pool: Any = None) -> Any:
         """Partition ``index`` as a pyarrow Table laid out as the dataset yields it (its column
-        order, hive keys added, dictionary-encoded columns decoded), decoded into
-        ``memory_pool`` (default: pyarrow's)."""
+        order, hive keys added, dictionary-encoded columns decoded but those asked for as codes,
+        see :meth:`with_coded_strings`), decoded into ``memory_pool`` (default: pyarrow's)."""
         import pyarrow as pa
 
         target = self.target_schema(columns)
@@ -336,7 +339,7 @@ def _filtered(files: FileSet, partition_types: Mapping[str, Any] | str | None, f
 def _conform(table: Any, piece: Piece, target: Any) -> Any:
     """A table read from ``piece`` as the dataset yields it: the columns of ``target`` in its
     order, whatever the file's order, with the partition keys added and dictionary-encoded
-    columns decoded."""
+    columns decoded (but where ``target`` asks for a dictionary type)."""
     import pyarrow as pa
 
     keys = key_columns(piece.partition, target, table.num_rows)

@@ -394,17 +394,36 @@ def _byte_length(value: Any) -> int:
     return len(value) if isinstance(value, (bytes, bytearray)) else len(str(value).encode())
 
 
-#: The most bytes per value (compressed, dictionary page left out) of a string column chunk
-#: taken to hold dictionary codes in every data page. Codes take at most ~2.5 bytes per value
-#: for the 1M-entry dictionaries writers allow; a chunk whose dictionary outgrew its page and
-#: went on in PLAIN pages takes the strings' bytes plus a 4-byte length per value (5-10 here).
-CODED_BYTES_PER_VALUE = 3.0
+#: The bytes per value (uncompressed, the dictionary page counted at its compressed size) below
+#: which a string column chunk is taken to hold dictionary codes in every data page. Codes take
+#: at most ~2.5 bytes per value for the 1M-entry dictionaries writers allow; a chunk whose
+#: dictionary outgrew its page and went on in PLAIN pages takes a 4-byte length plus the
+#: string's bytes per value there. Counting the dictionary page at its compressed size bounds
+#: the codes' share from above, whatever the codec.
+CODED_BYTES_PER_VALUE = 4.0
 
 
-def dictionary_coded(row_group: Any, names: Sequence[str]) -> frozenset[str]:
-    """The columns among ``names`` (top-level ones) whose chunk in ``row_group`` (a pyarrow
-    ``RowGroupMetaData``) holds dictionary codes only, with no PLAIN fallback pages: read as
-    codes (:mod:`tabloader.encoding.cpu.coded_strings`), they skip decoding strings per row.
+def top_level_positions(metadata: Any, names: Sequence[str]) -> dict[str, int]:
+    """The positions of the column chunks of the top-level columns ``names`` among a parquet
+    file's (``FileMetaData``) columns, for those it stores.
+
+    Example:
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+        >>> pq.write_table(pa.table({"x": [1], "s": ["a"]}), path)
+        >>> top_level_positions(pq.read_metadata(path), ["s", "t"])
+        {'s': 1}
+    """
+    wanted = set(names)
+    schema = metadata.schema
+    return {schema.column(j).path: j for j in range(metadata.num_columns) if schema.column(j).path in wanted}
+
+
+def dictionary_coded(row_group: Any, positions: Mapping[str, int]) -> frozenset[str]:
+    """The columns among ``positions`` (name -> position of its chunk, see
+    :func:`top_level_positions`) whose chunk in ``row_group`` (a pyarrow ``RowGroupMetaData``)
+    holds dictionary codes only, with no PLAIN fallback pages: read as codes
+    (:mod:`tabloader.encoding.cpu.coded_strings`), they skip decoding strings per row.
 
     The footer cannot say it outright (its encodings list PLAIN for the dictionary page itself;
     page headers would have to be read), so it is judged by the size of the data pages per
@@ -415,21 +434,15 @@ def dictionary_coded(row_group: Any, names: Sequence[str]) -> frozenset[str]:
         >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
         >>> ids = np.arange(200_000)
         >>> pq.write_table(pa.table({"few": (ids % 100).astype(str), "many": ids.astype(str)}), path)
-        >>> sorted(dictionary_coded(pq.read_metadata(path).row_group(0), ["few", "many"]))
+        >>> sorted(dictionary_coded(pq.read_metadata(path).row_group(0), {"few": 0, "many": 1}))
         ['few']
     """
-    wanted = set(names)
-    coded = set()
-    for j in range(row_group.num_columns):
-        chunk = row_group.column(j)
-        if chunk.path_in_schema in wanted and _holds_codes_only(chunk):
-            coded.add(chunk.path_in_schema)
-    return frozenset(coded)
+    return frozenset(name for name, j in positions.items() if _holds_codes_only(row_group.column(j)))
 
 
 def _holds_codes_only(chunk: Any) -> bool:
     dictionary_at, data_at = chunk.dictionary_page_offset, chunk.data_page_offset
     if not chunk.has_dictionary_page or not dictionary_at or data_at is None or data_at <= dictionary_at:
         return False
-    data_bytes = chunk.total_compressed_size - (data_at - dictionary_at)
-    return data_bytes <= CODED_BYTES_PER_VALUE * max(chunk.num_values, 1)
+    data_bytes = chunk.total_uncompressed_size - (data_at - dictionary_at)
+    return data_bytes < CODED_BYTES_PER_VALUE * max(chunk.num_values, 1)

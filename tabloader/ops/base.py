@@ -74,8 +74,13 @@ class Operator(metaclass=_OperatorType):
     #: True for operators that take a string column as arrow dictionary codes (they normalize
     #: it with the encoding module, which reads the codes) and output no input column as it is:
     #: a workflow then lets the reader skip decoding the strings of columns only they read
-    #: (:attr:`tabloader.plan.Plan.encoded_only_columns`).
+    #: (:attr:`tabloader.plan.Plan.encoded_only_columns`). Not inherited: a subclass may read
+    #: its columns otherwise (``frame[c].str``), so it says so itself.
     takes_coded_strings: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.takes_coded_strings = bool(cls.__dict__.get("takes_coded_strings", False))
 
     # --- what subclasses implement ------------------------------------------------------
     def transform(self, columns: Columns, frame: Any) -> Any:

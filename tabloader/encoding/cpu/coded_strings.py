@@ -15,7 +15,6 @@ does: a consumer that knows nothing of codes reads ``values``, the strings, deco
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -39,16 +38,21 @@ class CodedStrings:
 
     def __init__(self, codes: np.ndarray, dictionary: Any, mask: np.ndarray | None) -> None:
         self.codes, self.dictionary, self.mask = codes, dictionary, mask
+        self._values: Any = None
 
     def __len__(self) -> int:
         return len(self.codes)
 
-    @functools.cached_property
+    @property
     def values(self) -> Any:
-        """The strings, a pyarrow string array null exactly where ``mask`` is True."""
+        """The strings, a pyarrow string array null exactly where ``mask`` is True (decoded on
+        first use; not a ``functools.cached_property``, which up to Python 3.11 holds one lock
+        for every instance, so partitions on threads would decode one at a time)."""
         import pyarrow as pa
 
-        return self.dictionary.take(pa.array(self.codes, mask=self.mask))
+        if self._values is None:
+            self._values = self.dictionary.take(pa.array(self.codes, mask=self.mask))
+        return self._values
 
     def filter(self, keep: np.ndarray) -> "CodedStrings":
         """The rows where the boolean array ``keep`` is True."""
@@ -80,7 +84,7 @@ def from_dictionary_array(values: Any) -> "CodedStrings | None":
     """The :class:`CodedStrings` of a pyarrow dictionary array (or chunked array) of strings,
     or None for any other array, or a dictionary holding a null or no string. The chunks of a
     chunked array (one per row group read) have dictionaries of their own: they are unified
-    into one first, which rewrites the codes of the later chunks only.
+    into one dictionary of distinct strings first, and their codes rewritten to point into it.
 
     Example:
         >>> import pyarrow as pa

@@ -35,6 +35,12 @@ def _first_positions(first: np.ndarray, codes: np.ndarray) -> None:
     first[codes[rev]] = rev
 
 
+def _row_keys(col: NormalizedColumn) -> Any:
+    """What rows of ``col`` are grouped by: a coded column's codes (its dictionary holds each
+    string once, so equal codes are equal strings), else its values."""
+    return col.codes if isinstance(col, CodedStrings) else as_pandas(col)
+
+
 def group_rows(cols: list[NormalizedColumn]) -> tuple[np.ndarray | None, np.ndarray, list, np.ndarray]:
     """Group the rows of key columns: (null mask, group codes of non-null rows, unique keys, kinds).
 
@@ -44,7 +50,7 @@ def group_rows(cols: list[NormalizedColumn]) -> tuple[np.ndarray | None, np.ndar
     valid = cols if mask is None else [c.filter(~mask) for c in cols]
     if not len(valid[0]) or any(c.kind == "null" for c in valid):
         return mask, np.zeros(0, np.int64), None, [c.kind for c in cols]
-    codes, first = factorize_rows([as_pandas(c) for c in valid])
+    codes, first = factorize_rows([_row_keys(c) for c in valid])
     keys = [c.take(first).values for c in valid]
     return mask, codes, keys, [c.kind for c in cols]
 
@@ -81,7 +87,7 @@ def count_values(cols: Sequence[NormalizedColumn], mask: np.ndarray | None) -> d
                 "nulls": nulls, "kinds": kinds}
     if mask is not None:
         cols = [c.filter(~mask) for c in cols]
-    codes, first = factorize_rows([as_pandas(c) for c in cols])
+    codes, first = factorize_rows([_row_keys(c) for c in cols])
     keys = [c.take(first).values for c in cols]
     return {"keys": keys, "counts": np.bincount(codes, minlength=len(first)).astype(np.int64),
             "nulls": nulls, "kinds": kinds}
@@ -103,7 +109,8 @@ def _count_coded(col: CodedStrings, mask: np.ndarray | None) -> tuple[Any, np.nd
     """The strings of the rows outside ``mask`` and their int64 counts, by counting the codes.
     Short strings of one length come in the order of their integer codes (as
     :func:`count_values` gives them), so that merging partials is a merge of sorted runs."""
-    counts = col.code_counts(mask)
+    own = col.mask  # null rows hold code 0: left out whatever the caller's mask
+    counts = col.code_counts(own if mask is None else mask if own is None or mask is own else mask | own)
     seen = np.flatnonzero(counts)
     keys, counts = col.dictionary.take(seen), counts[seen]
     packed = pack_strings(keys, None)
