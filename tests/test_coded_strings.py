@@ -212,8 +212,10 @@ def test_only_columns_nothing_but_encoders_read_are_asked_for_as_codes():
     assert plan_of((["a"] >> ops.Categorify()) + ["b"]).encoded_only_columns == ["a"]  # b is output as it is
     assert plan_of(SelectNode(ColumnSelector(["a"]))).encoded_only_columns == []
     assert plan_of(["a"] >> ops.FillMissing("?") >> ops.Categorify()).encoded_only_columns == []
-    target = ["a"] >> ops.TargetEncoding("y")  # not an encoder that takes codes
-    assert plan_of(target + (["b"] >> ops.Categorify())).encoded_only_columns == ["b"]
+    target = ["a"] >> ops.TargetEncoding("y")
+    assert plan_of(target + (["b"] >> ops.Categorify())).encoded_only_columns == ["a", "b"]
+    assert plan_of(["a"] >> ops.JoinGroupby(cont_cols=["b"])).encoded_only_columns == ["a"]  # b: a dependency
+    assert plan_of(["a"] >> ops.AsType("str") >> ops.Categorify()).encoded_only_columns == []
 
 
 def test_a_dictionary_repeating_a_string_counts_it_as_one_value():
@@ -281,3 +283,28 @@ def test_near_unique_strings_that_overflow_their_dictionary_are_read_as_strings(
     ds = tl.Dataset(str(tmp_path))
     assert all(not p.coded for part in ds._source.partitions for p in part)
     assert ds.with_coded_strings(["u"]) is ds
+
+
+def test_grouping_and_crossing_operators_give_over_codes_what_they_give_over_strings(tmp_path, monkeypatch):
+    """TargetEncoding, JoinGroupby and HashedCross read their key columns as codes from files
+    (several row groups per partition, nulls): their outputs equal those of the same workflow
+    over the same partitions read as strings (the operators' own tests check the strings' results)."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    table = pa.table({"a": hex_ids(rng, n, 200), "b": pa.array([f"b{v}" for v in rng.integers(0, 30, n)]),
+                      "y": rng.integers(0, 2, n).astype(float), "x": rng.random(n)})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=3000)
+    graph = ((["a", ("a", "b")] >> ops.TargetEncoding("y", kfold=3))
+             + (["a"] >> ops.JoinGroupby(cont_cols=["x"], stats=["count", "mean"]))
+             + ([("a", "b")] >> ops.HashedCross(num_buckets=50)))
+    coded = tl.Workflow(graph, progress=False)
+    ds = tl.Dataset(str(tmp_path), part_size="300KB")
+    assert ds.npartitions > 1
+    got = coded.fit(ds).transform(ds).compute()
+    assert coded.plan_.encoded_only_columns == ["a", "b"]
+    assert all(str(ds.with_coded_strings(["a", "b"]).read_partition(i)[c].dtype).startswith("dictionary")
+               for i in range(ds.npartitions) for c in "ab")
+    monkeypatch.setattr(tl.Dataset, "with_coded_strings", lambda self, columns: self)
+    monkeypatch.setattr(columns_module, "from_dictionary_array", None)  # no codes from here on
+    expected = tl.Workflow(graph, progress=False).fit(ds).transform(ds).compute()
+    pd.testing.assert_frame_equal(got, expected)

@@ -133,6 +133,8 @@ class JoinGroupby(CachedLookups, StatOperator):
     (['c_count', 'c_x_sum'], [3.0, 3.0, 4.0, 8.0], [2, 2, 1, 1])
     """
 
+    takes_coded_strings = True  # keys normalized by the encoding module; outputs new columns only
+
     device_note = ("Groups and moments with cuDF/CuPy (partials merged on the GPU); the fitted table is copied to the "
                    "GPU once per process.")
 

@@ -134,6 +134,8 @@ class HashedCross(Operator):
     (['a_b'], True, 0)
     """
 
+    takes_coded_strings = True  # keys normalized by the encoding module; outputs new columns only
+
     device_note = "Hashes with CuPy (strings by a CuPy kernel over the cuDF column's bytes): the CPU's bits."
 
     def __init__(self, num_buckets: int | dict[str, int], dtype: str = "int64") -> None:

@@ -96,6 +96,8 @@ class TargetEncoding(CachedLookups, StatOperator):
     [0.6667, 0.6667, 0.8333, 0.8333]
     """
 
+    takes_coded_strings = True  # keys normalized by the encoding module; outputs new columns only
+
     device_note = ("Folds, groups and sums with cuDF/CuPy (partials merged on the GPU); the fitted table is copied to "
                    "the GPU once per process.")
 
