@@ -4,9 +4,9 @@ A parquet writer dictionary-encodes a string column: each column chunk holds its
 strings once (the dictionary page) and an integer code per row. Decoding that into a string per
 row, then counting or looking the strings up again, rebuilds what the file had already. Read as
 codes (``read_dictionary``, see :mod:`tabloader.dataset.parquet`), a column is counted by a
-``bincount`` of the codes and looked up by finding the dictionary's few distinct strings and
-taking by the codes: on 5M rows of 26 hex-id columns, 1.3 s of reading, 0.5–0.8 s of counting
-and 0.6 s of looking up, against 2.8, 3.9 and 2.1 s as strings (one thread).
+``bincount`` of the codes, grouped by its codes, and looked up or hashed by its dictionary's
+distinct strings, taken by the codes: on 5M rows of 26 hex-id columns (one thread), reading
+them took 1.7 s instead of 3.7 and counting 1.2 s instead of 3.9 (docs/benchmarks.md).
 
 :class:`CodedStrings` is the normalized form of such a column (and of a pandas Categorical of
 strings). It stands wherever a string :class:`~tabloader.encoding.cpu.columns.NormalizedColumn`
@@ -72,7 +72,8 @@ class CodedStrings:
             array([1, 1])
         """
         size = len(self.dictionary)
-        codes = self.codes if mask is None else np.where(mask, size, self.codes)  # left-out rows: one past the end
+        # left-out rows: one past the end (an intp, which any code dtype's values fit beside)
+        codes = self.codes if mask is None else np.where(mask, np.intp(size), self.codes)
         return np.bincount(codes, minlength=size + 1)[:size].astype(np.int64, copy=False)
 
     def decode(self, per_entry: np.ndarray) -> np.ndarray:
