@@ -332,7 +332,12 @@ def test_criteo_workflow_and_loader_give_every_row_once(tmp_path):
     expected = criteo_transformed_by_hand(rows)
     wf = criteo_workflow()
     wf.fit(tl.Dataset(spark_path("criteo"), part_size=1))
+    assert wf.plan_.encoded_only_columns == CATS
     out = wf.transform(tl.Dataset(spark_path("criteo"), part_size=1))
+    # Spark's dictionary pages: the ids are read as codes in every partition
+    coded = tl.Dataset(spark_path("criteo"), part_size=1).with_coded_strings(CATS)
+    assert all(str(coded.read_partition(i)[c].dtype).startswith("dictionary")
+               for i in range(coded.npartitions) for c in CATS)
     got = out.compute().sort_values("id", ignore_index=True)[list(expected.columns)]
     pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-6, atol=1e-6)
     assert (expected[CATS] == 2).any().all() and (expected[CATS] == 1).any().all()  # rare values and nulls
