@@ -6,8 +6,6 @@ for them only for the columns nothing but its encoders read."""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -25,9 +23,9 @@ from tabloader.plan import Plan
 from tabloader.schema import Schema
 from tabloader.selector import ColumnSelector
 
-from encoding_reference import expected_ids, py_hash, reference_vocabulary
+from encoding_properties import OP, check_vocabulary_and_ids, split
+from encoding_reference import expected_ids, py_hash
 
-OP = "Test"
 NULL_HASH = 0x9AE16A3B2F90404F
 
 
@@ -41,11 +39,6 @@ def string_column(draw):
         text = st.text("xyé\x00", max_size=12)
     pool = draw(st.lists(text, min_size=1, max_size=12, unique=True))
     return draw(st.lists(st.sampled_from(pool) | st.none(), max_size=60))
-
-
-def split(values: list, cuts: list[int]) -> list[list]:
-    bounds = [0] + sorted(min(c, len(values)) for c in cuts) + [len(values)]
-    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def coded_series(values: list, cuts: list[int]) -> pd.Series:
@@ -62,28 +55,10 @@ def coded_series(values: list, cuts: list[int]) -> pd.Series:
        freq_threshold=st.integers(0, 3), num_buckets=st.integers(1, 3))
 def test_coded_partitions_give_the_reference_vocabulary_and_ids(values, unseen, cuts, parts, seed, freq_threshold,
                                                                 num_buckets):
-    partials = []
-    for part in split(values, parts):
-        col = cpu.normalize_column(OP, "c", coded_series(part, cuts))
-        partials.append(cpu.count_values([col], col.mask))
-    rng = random.Random(seed)
-    while len(partials) > 1:  # any tree a tree reduction could take
-        i = rng.randrange(len(partials) - 1)
-        partials[i:i + 2] = [cpu.merge_counts(partials[i], partials[i + 1], OP, "c")]
-    merged = partials[0]
-    assert merged["nulls"] == sum(v is None for v in values)
-    reference = reference_vocabulary(values, freq_threshold)
-    if merged["keys"] is None:
-        assert reference == []
-        return
-    keys, counts = cpu.vocabulary(merged, freq_threshold, 0)
-    assert list(zip(cpu.keys_to_pandas(keys[0]).tolist(), counts.tolist())) == reference
+    def normalize(part: list):
+        return cpu.normalize_column(OP, "c", coded_series(part, cuts))
 
-    lookup = cpu.ValueLookup([pd.Series(cpu.keys_to_pandas(k)) for k in keys], OP, "c")
-    for part in split(values, parts) + [values[::-1], unseen + values]:
-        col = cpu.normalize_column(OP, "c", coded_series(part, cuts))
-        ids = cpu.assign_ids(lookup.positions([col]), col.mask, num_buckets, [col], "int64")
-        assert ids.tolist() == expected_ids(part, values, freq_threshold, 0, num_buckets)[0]
+    for part, col in check_vocabulary_and_ids(values, unseen, parts, normalize, seed, freq_threshold, num_buckets):
         assert cpu.hash_values(col).tolist() == [NULL_HASH if v is None else py_hash(v) for v in part]
 
 

@@ -4,8 +4,6 @@ reference, whatever the widths, nulls, stray strings of other lengths and partit
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -19,9 +17,8 @@ from tabloader.encoding import cpu
 from tabloader.encoding.cpu.columns import arrow_null_mask
 from tabloader.encoding.cpu.short_strings import pack_strings, unpack_strings
 
-from encoding_reference import expected_ids, reference_vocabulary
+from encoding_properties import OP, check_vocabulary_and_ids
 
-OP = "Test"
 HEX = "0123456789abcdef"
 
 
@@ -37,11 +34,6 @@ def fixed_width_column(draw):
     return draw(st.lists(value, max_size=60))
 
 
-def split(values: list, cuts: list[int]) -> list[list]:
-    bounds = [0] + sorted(min(c, len(values)) for c in cuts) + [len(values)]
-    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
 def normalized(values: list):
     return cpu.normalize_column(OP, "c", pd.Series(values, dtype="str"))
 
@@ -51,28 +43,7 @@ def normalized(values: list):
        seed=st.integers(0, 2**32 - 1), freq_threshold=st.integers(0, 3), num_buckets=st.integers(1, 3))
 def test_partitions_of_one_width_give_the_reference_vocabulary_and_ids(values, unseen, cuts, seed, freq_threshold,
                                                                        num_buckets):
-    partials = []
-    for part in split(values, cuts):
-        col = normalized(part)
-        partials.append(cpu.count_values([col], col.mask))
-    rng = random.Random(seed)
-    while len(partials) > 1:  # any tree a tree reduction could take
-        i = rng.randrange(len(partials) - 1)
-        partials[i:i + 2] = [cpu.merge_counts(partials[i], partials[i + 1], OP, "c")]
-    merged = partials[0]
-    assert merged["nulls"] == sum(v is None for v in values)
-    reference = reference_vocabulary(values, freq_threshold)
-    if merged["keys"] is None:
-        assert reference == []
-        return
-    keys, counts = cpu.vocabulary(merged, freq_threshold, 0)
-    assert list(zip(cpu.keys_to_pandas(keys[0]).tolist(), counts.tolist())) == reference
-
-    lookup = cpu.ValueLookup([pd.Series(cpu.keys_to_pandas(k)) for k in keys], OP, "c")
-    for part in split(values, cuts) + [values[::-1], unseen + values]:
-        col = normalized(part)
-        ids = cpu.assign_ids(lookup.positions([col]), col.mask, num_buckets, [col], "int64")
-        assert ids.tolist() == expected_ids(part, values, freq_threshold, 0, num_buckets)[0]
+    check_vocabulary_and_ids(values, unseen, cuts, normalized, seed, freq_threshold, num_buckets)
 
 
 @pytest.mark.parametrize("arrow_type", [pa.string(), pa.large_string()])
