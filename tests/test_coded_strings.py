@@ -283,3 +283,27 @@ def test_grouping_and_crossing_operators_give_over_codes_what_they_give_over_str
     monkeypatch.setattr(columns_module, "from_dictionary_array", None)  # no codes from here on
     expected = tl.Workflow(graph, progress=False).fit(ds).transform(ds).compute()
     pd.testing.assert_frame_equal(got, expected)
+
+
+@pytest.mark.cudf
+def test_the_gpu_reads_the_strings_and_gives_the_ids_of_the_cpu_codes(tmp_path):
+    """cuDF decodes the strings on the device (a GPU dataset is never asked for codes); its
+    workflow gives the ids and vocabularies the CPU one gives from the codes, and a workflow
+    fit on the CPU transforms the GPU dataset alike."""
+    import cudf
+
+    rng = np.random.default_rng(7)
+    for i in range(2):
+        n = 20_000
+        pq.write_table(pa.table({"a": hex_ids(rng, n, 300), "b": pa.array([f"b{v}" for v in rng.zipf(1.5, n) % 500]),
+                                 "y": rng.integers(0, 2, n)}), tmp_path / f"p{i}.parquet", row_group_size=4000)
+    graph = (["a", "b"] >> ops.Categorify(freq_threshold=2, num_buckets=3)) + ["y"]
+    cpu_ds, gpu_ds = tl.Dataset(str(tmp_path), device="cpu"), tl.Dataset(str(tmp_path), device="cuda")
+    assert gpu_ds.with_coded_strings(["a", "b"]) is gpu_ds
+    on_cpu = tl.Workflow(graph, progress=False).fit(cpu_ds)
+    on_gpu = tl.Workflow(graph, progress=False).fit(gpu_ds)
+    expected = on_cpu.transform(cpu_ds).compute()
+    got = on_gpu.transform(gpu_ds).compute()
+    assert isinstance(got, cudf.DataFrame)
+    pd.testing.assert_frame_equal(got.to_pandas(), expected, check_dtype=False)
+    pd.testing.assert_frame_equal(on_cpu.transform(gpu_ds).compute().to_pandas(), expected, check_dtype=False)
