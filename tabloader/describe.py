@@ -29,6 +29,12 @@ COLUMNS_TEXT = 80  # characters of the list of columns an operator is fit on
 def describe_dataset(dataset: Any) -> None:
     print(f"{dataset}\nrows: {dataset.num_rows:,}  partitions: {dataset.npartitions}")
     _print_columns(dataset.schema)
+    coded = dataset.source.coded_row_groups()
+    if coded is not None and coded[0]:
+        per_column, row_groups = coded
+        print("string columns stored as dictionary codes only, in row groups (the categorical operators read "
+              "them as codes where all of a partition's are):")
+        print("  " + short(", ".join(f"{name} {count}/{row_groups}" for name, count in per_column.items()), 200))
 
 
 def describe_schema(schema: Any, what: str) -> None:

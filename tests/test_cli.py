@@ -488,3 +488,17 @@ def test_fit_and_transform_read_the_days_their_filters_keep(tmp_path, capsys):
     assert cli.main(["fit", str(tmp_path / "spec.yaml"), str(tmp_path / "raw"), str(tmp_path / "wf2"), "--quiet",
                      "--filter", "day", "==", "1"]) == 2
     assert "filters name 'day', which is not a partition key" in capsys.readouterr().err
+
+
+def test_inspect_says_which_string_columns_are_stored_as_codes(tmp_path, capsys):
+    ids = np.arange(40_000)
+    table = pa.table({"few": pa.array((ids % 50).astype(str)), "unique": pa.array(ids.astype(str)), "x": ids})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=10_000, use_dictionary=["few"])
+    pq.write_table(table, tmp_path / "b.parquet", row_group_size=10_000, use_dictionary=False)
+    assert cli.main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if line.startswith("string columns stored as dictionary codes"))
+    assert out[at + 1].strip() == "few 4/8, unique 0/8"
+    pd.DataFrame({"n": [1, 2]}).to_parquet(tmp_path / "numbers.parquet")
+    assert cli.main(["inspect", str(tmp_path / "numbers.parquet")]) == 0
+    assert "dictionary codes" not in capsys.readouterr().out

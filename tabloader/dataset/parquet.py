@@ -152,6 +152,24 @@ class ParquetSource(Source):
         strings = [f.name for f in self._arrow_schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
         return [name for name in strings if name not in self.partition_keys]
 
+    def coded_row_groups(self) -> tuple[dict[str, int], int] | None:
+        """Per string column the CPU reader may give as codes, the row groups that store it as
+        codes only (:func:`~tabloader.dataset.parquet_layout.dictionary_coded`), and the number
+        of row groups; None on the GPU, whose reader decodes strings itself.
+
+        Example:
+            >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+            >>> from tabloader.dataset.files import FileSet
+            >>> d = tempfile.mkdtemp()
+            >>> pq.write_table(pa.table({"s": ["a", "b"] * 50, "x": range(100)}), os.path.join(d, "a.parquet"))
+            >>> ParquetSource(FileSet.find(d), part_size=1 << 20).coded_row_groups()
+            ({'s': 1}, 1)
+        """
+        if self.device == "cuda":
+            return None
+        pieces = [piece for part in self.partitions for piece in part]
+        return {name: sum(name in piece.coded for piece in pieces) for name in self._codable_columns()}, len(pieces)
+
     def with_coded_strings(self, columns: Sequence[str]) -> "ParquetSource":
         """This source, reading the string ``columns`` as dictionary codes (a ``pd.ArrowDtype``
         of arrow dictionary type) in the partitions whose row groups store them as codes only

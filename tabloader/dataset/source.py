@@ -93,6 +93,12 @@ class Source(abc.ABC):
         """Name -> width of the list columns whose lists all have one length (fixed-size lists)."""
         return {}
 
+    def coded_row_groups(self) -> tuple[dict[str, int], int] | None:
+        """For sources of files that store string columns as dictionary codes: per string
+        column, how many row groups hold it as codes only, and the number of row groups. None
+        for the others."""
+        return None
+
     def with_coded_strings(self, columns: Sequence[str]) -> "Source":
         """This source, reading the string ``columns`` as dictionary codes where it can (see
         :meth:`~tabloader.dataset.parquet.ParquetSource.with_coded_strings`); the others read
