@@ -516,7 +516,7 @@ def test_to_parquet_writes_mostly_distinct_floats_without_a_dictionary(tmp_path,
     n = 80_000  # 20,000 rows per file and day, above the 8,192 sampled
     rng = np.random.default_rng(3)
     src = pd.DataFrame({
-        "day": np.tile(["mon", "tue"], n // 2),
+        "day": pd.Series(np.tile(["mon", "tue"], n // 2), dtype=STRING_DTYPE),  # pandas 2 and 3 size it alike
         "id": rng.integers(0, 500, n),
         "dense": rng.standard_normal(n).astype("float32"),
         "dense64": rng.standard_normal(n),

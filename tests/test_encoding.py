@@ -322,3 +322,18 @@ def test_a_fresh_lookup_queried_by_many_threads_at_once_finds_every_key():
             assert not errors, errors[0]
             for positions in found:
                 np.testing.assert_array_equal(positions, expected)
+
+
+@pytest.mark.parametrize("values", [["", "\x00"], ["a", "a\x00b", "a"]])
+def test_strings_differing_after_a_nul_byte_stay_apart_through_merges(values):
+    """pandas 2 hashes a Python string only up to its first NUL byte: the merge of partials (and
+    a combination's grouping) must not see "a" and "a\\x00b" as one key."""
+    partials = []
+    for value in values:
+        col = cpu.normalize_column("op", "c", pd.Series([value], dtype=STRING_DTYPE))
+        partials.append(cpu.count_values([col], col.mask))
+    merged = partials[0]
+    for partial in partials[1:]:
+        merged = cpu.merge_counts(merged, partial, "op", "c")
+    counted = dict(zip(merged["keys"][0].to_pylist(), merged["counts"].tolist()))
+    assert counted == {v: values.count(v) for v in values}

@@ -245,9 +245,19 @@ def as_pandas(col: NormalizedColumn) -> Any:
     Strings as tabloader's text dtype (arrow-backed) on every pandas version: pandas 2 would
     give Python objects, whose hashing stops at a NUL byte (``"a"`` and ``"a\\x00b"`` would be
     one key on the CPU and two on the GPU)."""
-    if col.kind == "str":
-        return pd.Series(col.values.to_pandas(types_mapper=lambda arrow_type: backend.STRING_DTYPE), copy=False)
-    return col.values
+    return text_series(col.values) if col.kind == "str" else col.values
+
+
+def text_series(strings: Any) -> pd.Series:
+    """A pyarrow string array as a pandas Series of tabloader's text dtype (arrow-backed), which
+    ``pd.factorize`` hashes whole on every pandas version (see :func:`as_pandas`).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> pd.factorize(text_series(pa.array(["", "\x00", ""])))[0].tolist()
+        [0, 1, 0]
+    """
+    return pd.Series(strings.to_pandas(types_mapper=lambda arrow_type: backend.STRING_DTYPE), copy=False)
 
 
 def keys_to_pandas(arr: Any) -> Any:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from tabloader.encoding.contract import label_of
 from tabloader.encoding.cpu.coded_strings import CodedStrings
-from tabloader.encoding.cpu.columns import NormalizedColumn, as_pandas, common_int_dtype, null_mask
+from tabloader.encoding.cpu.columns import NormalizedColumn, as_pandas, common_int_dtype, null_mask, text_series
 from tabloader.encoding.cpu.short_strings import pack_strings, unpack_strings
 
 
@@ -278,7 +278,8 @@ def group_keys(keys: list) -> tuple[np.ndarray, np.ndarray, list]:
     """Group equal key rows: (group of each row, first row of each group, unique keys)."""
     import pyarrow as pa
 
-    pandas_keys = [pd.Series(k.to_pandas(), copy=False) if isinstance(k, pa.Array) else k for k in keys]
+    # strings as tabloader's text dtype: pandas 2's Python strings hash only up to a NUL byte
+    pandas_keys = [text_series(k) if isinstance(k, pa.Array) else k for k in keys]
     codes, first = factorize_rows(pandas_keys)
     unique = [k.take(pa.array(first)) if isinstance(k, pa.Array) else k[first] for k in keys]
     return codes, first, unique
