@@ -254,7 +254,7 @@ def text_series(strings: Any) -> pd.Series:
 
     Example:
         >>> import pyarrow as pa
-        >>> pd.factorize(text_series(pa.array(["", "\x00", ""])))[0].tolist()
+        >>> pd.factorize(text_series(pa.array(["", "\\x00", ""])))[0].tolist()
         [0, 1, 0]
     """
     return pd.Series(strings.to_pandas(types_mapper=lambda arrow_type: backend.STRING_DTYPE), copy=False)

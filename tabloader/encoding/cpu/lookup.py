@@ -48,7 +48,9 @@ class ValueLookup:
             self.levels = [_key_index(keys[0], kinds[0])]
             self.combined = None
         else:
-            uniques = [pd.unique(k.to_numpy() if kind != "str" else k) for k, kind in zip(keys, kinds)]
+            # strings as tabloader's text dtype: pandas 2's Python strings hash only up to a NUL byte
+            uniques = [pd.unique(k.to_numpy()) if kind != "str" else pd.Series(k, dtype=backend.STRING_DTYPE).unique()
+                       for k, kind in zip(keys, kinds)]
             self.levels = [_key_index(pd.Series(u), kind) for u, kind in zip(uniques, kinds)]
             codes = [self._find(level, normalize_column(op, what, k)) for level, k in zip(self.levels, keys)]
             self.combined = _hashed_index(self._combine(codes))
