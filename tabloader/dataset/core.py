@@ -294,14 +294,10 @@ class Dataset:
         ``schema`` is the schema of the transformed rows; ``input_columns`` the columns the
         function reads (the reader loads only those).
         """
-        new = object.__new__(Dataset)
-        new.__dict__.update(self.__dict__)
         if self._transforms and input_columns is not None:
             input_columns = None  # the first transform decides which columns are read
-        new._transforms = self._transforms + (PartitionTransform(
-            function, tuple(input_columns) if input_columns is not None else None, preserves_rows),)
-        new._schema = schema
-        return new
+        return self._replaced(_transforms=self._transforms + (PartitionTransform(
+            function, tuple(input_columns) if input_columns is not None else None, preserves_rows),), _schema=schema)
 
     def with_coded_strings(self, columns: Sequence[str]) -> "Dataset":
         """This dataset, with the string ``columns`` read as dictionary codes (an arrow dictionary
@@ -317,11 +313,14 @@ class Dataset:
             True
         """
         source = self._source.with_coded_strings(columns) if not self._transforms else self._source
-        if source is self._source:
-            return self
+        return self if source is self._source else self._replaced(_source=source)
+
+    def _replaced(self, **attributes: Any) -> "Dataset":
+        """A shallow copy of this dataset with some attributes replaced (the source, the files and
+        the cached row count are shared)."""
         new = object.__new__(Dataset)
         new.__dict__.update(self.__dict__)
-        new._source = source
+        new.__dict__.update(attributes)
         return new
 
     @property
