@@ -42,15 +42,20 @@ def pack_strings(values: Any, mask: np.ndarray | None, width: int | None = None)
             pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         return None
     offsets = _offsets(values)
-    lengths = np.diff(offsets)
+    start, end = int(offsets[0]), int(offsets[-1])
+    valid = len(values) - (0 if mask is None else int(np.count_nonzero(mask)))
+    # Strings of one width fill exactly width bytes per valid row: most columns fail this at once,
+    # before the per-row lengths are computed (a pass over every offset of a long column).
     if width is None:
-        width = int(lengths.max())
-    if not 1 <= width <= MAX_WIDTH:
+        if not valid or (end - start) % valid:
+            return None
+        width = (end - start) // valid
+    if not 1 <= width <= MAX_WIDTH or end - start != width * valid:
         return None
+    lengths = np.diff(offsets)
     fits = lengths == width
     if not (fits.all() if mask is None else np.array_equal(fits, ~mask)):
         return None
-    start, end = int(offsets[0]), int(offsets[-1])
     if start == end:  # every row null
         return np.zeros(0, np.uint64), width
     data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[start:end]
