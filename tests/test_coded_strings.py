@@ -307,3 +307,96 @@ def test_the_gpu_reads_the_strings_and_gives_the_ids_of_the_cpu_codes(tmp_path):
     assert isinstance(got, cudf.DataFrame)
     pd.testing.assert_frame_equal(got.to_pandas(), expected, check_dtype=False)
     pd.testing.assert_frame_equal(on_cpu.transform(gpu_ds).compute().to_pandas(), expected, check_dtype=False)
+
+
+# --- list columns of strings (multi-hot ids: tags, genres) -------------------------------------------
+def tag_lists(rng, n: int, distinct: int) -> pa.Array:
+    """Lists of 0-5 string ids (Zipf-distributed), some elements null, some lists null."""
+    lengths = rng.integers(0, 6, n)
+    elements = np.array([f"tag-{v}" for v in rng.zipf(1.3, lengths.sum()) % distinct], dtype=object)
+    elements[rng.random(len(elements)) < 0.03] = None
+    rows = np.split(elements, np.cumsum(lengths)[:-1])
+    return pa.array([None if rng.random() < 0.05 else list(row) for row in rows], pa.list_(pa.string()))
+
+
+def write_with(writer: str, table: pa.Table, path: str, row_group_size: int) -> None:
+    """``table`` written as ``writer`` writes parquet (each names a list's elements its own way)."""
+    if writer == "pyarrow":
+        pq.write_table(table, path, row_group_size=row_group_size)
+    elif writer == "pyarrow-legacy":  # `tags.list.item`, as pyarrow wrote lists before version 13
+        pq.write_table(table, path, row_group_size=row_group_size, use_compliant_nested_type=False)
+    elif writer == "polars":
+        pytest.importorskip("polars").from_arrow(table).write_parquet(path, row_group_size=row_group_size)
+    else:
+        con = pytest.importorskip("duckdb").connect()
+        con.register("part", table)
+        con.execute(f"COPY part TO '{path}' (FORMAT PARQUET, ROW_GROUP_SIZE {row_group_size})")
+
+
+def as_lists(series: pd.Series) -> list:
+    return pa.array(series.array).to_pylist() if isinstance(series.dtype, pd.ArrowDtype) else series.tolist()
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "pyarrow-legacy", "polars", "duckdb"])
+def test_list_columns_of_strings_are_read_with_their_elements_as_codes(tmp_path, writer):
+    """A list column's elements come as codes where every row group of a partition stores them
+    so (several row groups per file: pyarrow's reader reads them one by one), as strings in a
+    partition of a file written plainly; the lists, nulls and empty lists are those of the file."""
+    rng = np.random.default_rng(11)
+    tables = [pa.table({"tags": tag_lists(rng, 6000, 400), "x": np.arange(6000)}) for _ in range(2)]
+    write_with(writer, tables[0], str(tmp_path / "a.parquet"), 1500)
+    written = pq.read_schema(tmp_path / "a.parquet")  # polars writes large types: the same in both files
+    pq.write_table(tables[1].cast(written.remove_metadata()), tmp_path / "b.parquet", row_group_size=1500,
+                   use_dictionary=False)
+    ds = tl.Dataset(str(tmp_path), part_size="60KB")
+    coded = ds.with_coded_strings(["tags"])
+    assert ds.npartitions > 2
+    stored_as_codes = [all("tags" in p.coded for p in part) for part in ds._source.partitions]
+    assert any(stored_as_codes) == (writer != "polars")  # polars writes lists' elements plainly
+    assert not stored_as_codes[-1]  # b.parquet
+    for i in range(ds.npartitions):
+        frame = coded.read_partition(i)
+        assert str(frame["tags"].dtype).startswith("list<item: dictionary") == stored_as_codes[i]
+        assert as_lists(frame["tags"]) == as_lists(ds.read_partition(i)["tags"])
+        assert frame["x"].tolist() == ds.read_partition(i)["x"].tolist()
+    assert coded.num_rows == 12_000
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "polars", "duckdb"])
+def test_a_workflow_over_coded_lists_gives_the_ids_of_pandas_by_hand(tmp_path, writer, monkeypatch):
+    """Categorify and HashBucket over list columns read as codes: Categorify's ids are those an
+    independent pandas count of the elements gives, HashBucket's those of the same workflow
+    over the rows in a DataFrame (read as strings); nulls and empty lists are kept."""
+    rng = np.random.default_rng(12)
+    n = 16_000
+    tags, genres = tag_lists(rng, n, 3000), tag_lists(rng, n, 20)
+    for i in range(2):
+        part = pa.table({"tags": tags.slice(i * n // 2, n // 2), "genres": genres.slice(i * n // 2, n // 2),
+                         "y": rng.integers(0, 2, n // 2)})
+        write_with(writer, part, str(tmp_path / f"part_{i}.parquet"), 2000)
+    graph = (["tags"] >> ops.Categorify(freq_threshold=2)) + (["genres"] >> ops.HashBucket(7)) + ["y"]
+    workflow = tl.Workflow(graph, progress=False)
+    ds = tl.Dataset(str(tmp_path), part_size="150KB")
+    assert ds.npartitions > 1
+    coded_elements = []  # the encoders get the elements' codes, not strings
+    monkeypatch.setattr(columns_module, "from_dictionary_array",
+                        lambda values: coded_elements.append(len(values)) or from_dictionary_array(values))
+    got = workflow.fit(ds).transform(ds).compute()
+    assert workflow.plan_.encoded_only_columns == ["tags", "genres"]
+    starts = np.cumsum([0] + ds.partition_sizes())  # the partitions hold the files' rows in order
+
+    def coded_in(lists: pa.Array, name: str, i: int) -> int:  # the elements of partition i read as codes
+        rows = lists.to_pylist()[starts[i]:starts[i + 1]]
+        return sum(len(row) for row in rows if row) if all(name in p.coded for p in ds._source.partitions[i]) else 0
+    assert sum(coded_elements) == sum(2 * coded_in(tags, "tags", i) + coded_in(genres, "genres", i)
+                                      for i in range(ds.npartitions))  # tags: fit and transform
+    assert sum(coded_elements) > 0 or writer == "polars"  # polars writes lists' elements plainly
+    elements = pd.Series([v for row in tags.to_pylist() if row for v in row], dtype=object)
+    counts = elements.value_counts()
+    counts = counts[counts >= 2]
+    ids = {v: 3 + i for i, (v, _) in enumerate(sorted(counts.items(), key=lambda vc: (-vc[1], vc[0])))}
+    expected = [None if row is None else [1 if v is None else ids.get(v, 2) for v in row] for row in tags.to_pylist()]
+    assert as_lists(got["tags"]) == expected
+    frame = pd.DataFrame({"tags": pd.Series(pd.arrays.ArrowExtensionArray(tags)),
+                          "genres": pd.Series(pd.arrays.ArrowExtensionArray(genres)), "y": got["y"]})
+    assert as_lists(got["genres"]) == as_lists(workflow.transform(frame)["genres"])

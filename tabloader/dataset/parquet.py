@@ -26,7 +26,7 @@ from tabloader.dataset.partition_filters import kept_files
 from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, dictionary_coded, file_fields,
                                               fixed_list_widths, fixed_widths, hive_keys, in_memory_bytes,
                                               int96_columns, key_columns, names_by_field_id, read_footer,
-                                              top_level_positions)
+                                              value_chunks)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 from tabloader.filesystems import is_local
 
@@ -71,6 +71,7 @@ class ParquetSource(Source):
 
     engine = "parquet"
     _coded: frozenset = frozenset()  # the columns read as codes where stored so (with_coded_strings)
+    _element_paths: dict = {}  # file -> {list column: the path of its elements}, for the columns above
 
     def __init__(self, files: FileSet, part_size: int, device: str = "cpu",
                  columns: Sequence[str] | None = None, partition_types: Mapping[str, Any] | str | None = None,
@@ -95,10 +96,13 @@ class ParquetSource(Source):
         self.nullable = columns_that_may_hold_nulls(metadata, self._arrow_schema, keys, names_in_files)
         widths = fixed_widths(self._arrow_schema)
         strings = self._codable_columns()
-        positions = [top_level_positions(f, strings) if strings else {} for f in metadata]
+        chunks = [value_chunks(f, strings) if strings else {} for f in metadata]
+        # a list's elements are read as codes under their own path, which each file names its own way
+        elements = [{name: leaf for name, (_, leaf) in found.items() if leaf != name} for found in chunks]
+        self._element_paths = {path: paths for path, paths in zip(files.paths, elements) if paths}
         pieces = [Piece(path, (i,), f.row_group(i).num_rows, in_memory_bytes(f.row_group(i), widths), pairs,
-                        dictionary_coded(f.row_group(i), at))
-                  for path, f, pairs, at in zip(files.paths, metadata, keys, positions)
+                        dictionary_coded(f.row_group(i), {name: at for name, (at, _) in found.items()}))
+                  for path, f, pairs, found in zip(files.paths, metadata, keys, chunks)
                   for i in range(f.num_row_groups)]
         self.partitions = _group_pieces(pieces, part_size)
 
@@ -143,14 +147,11 @@ class ParquetSource(Source):
         return [()] * len(files.paths)
 
     def _codable_columns(self) -> list[str]:
-        """The string columns the CPU reader may give as dictionary codes: stored under their own
-        names (no table renames them), not hive keys."""
-        import pyarrow as pa
-
+        """The string columns, and list columns of strings, that the CPU reader may give as
+        dictionary codes: stored under their own names (no table renames them), not hive keys."""
         if self.device == "cuda" or self._names_in_files is not None:
             return []
-        strings = [f.name for f in self._arrow_schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        return [name for name in strings if name not in self.partition_keys]
+        return [f.name for f in self._arrow_schema if _holds_strings(f.type) and f.name not in self.partition_keys]
 
     def coded_row_groups(self) -> tuple[dict[str, int], int] | None:
         """Per string column the CPU reader may give as codes, the row groups that store it as
@@ -217,9 +218,8 @@ class ParquetSource(Source):
         target = self.target_schema(columns)
         pieces = _merge_pieces(self.partitions[index])
         coded = self._coded_columns(pieces, target)
-        if coded:  # pyarrow reads a dictionary's strings with 32-bit offsets, large_string columns too
-            target = pa.schema([f.with_type(pa.dictionary(pa.int32(), pa.string())) if f.name in coded else f
-                                for f in target])
+        if coded:
+            target = pa.schema([f.with_type(_coded_type(f.type)) if f.name in coded else f for f in target])
         tables = [self._read_piece(piece, target, memory_pool, coded) for piece in pieces]
         if not tables:  # a dataset without row groups
             return target.empty_table()
@@ -268,9 +268,10 @@ class ParquetSource(Source):
     def _read_piece(self, piece: Piece, target: Any, memory_pool: Any, coded: Sequence[str] = ()) -> Any:
         try:
             names = self._file_columns(piece.path, target)
+            elements = self._element_paths.get(piece.path, {})
             table = backend.read_parquet_arrow(piece.path, list(names.values()), piece.row_groups,
                                                filesystem=self.files.fs, memory_pool=memory_pool,
-                                               read_dictionary=[names[c] for c in coded])
+                                               read_dictionary=[elements.get(c, c) for c in coded])
             return _conform(_renamed(table, names), piece, target)
         except Exception as exc:
             raise _naming(exc, f"{piece.path}: could not read row groups {piece.row_groups}") from exc
@@ -352,6 +353,32 @@ def _filtered(files: FileSet, partition_types: Mapping[str, Any] | str | None, f
     kept = kept_files(files.paths, files.bases, _given_key_types(files, partition_types), filters, files.directory)
     return dataclasses.replace(files, paths=[files.paths[i] for i in kept], bases=[files.bases[i] for i in kept],
                                urls=[files.urls[i] for i in kept])
+
+
+def _holds_strings(arrow_type: Any) -> bool:
+    """True for string columns and list columns of strings (what may be read as codes)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def _coded_type(arrow_type: Any) -> Any:
+    """The type a column of ``arrow_type`` (see :func:`_holds_strings`) is read as codes: pyarrow
+    reads a dictionary's strings with 32-bit offsets, large_string columns too; lists stay lists.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> _coded_type(pa.large_string()), _coded_type(pa.large_list(pa.string()))
+        (DictionaryType(dictionary<values=string, indices=int32, ordered=0>), LargeListType(large_list<item: dictionary<values=string, indices=int32, ordered=0>>))
+    """
+    import pyarrow as pa
+
+    codes = pa.dictionary(pa.int32(), pa.string())
+    if pa.types.is_large_list(arrow_type):
+        return pa.large_list(codes)
+    return pa.list_(codes) if pa.types.is_list(arrow_type) else codes
 
 
 def _conform(table: Any, piece: Piece, target: Any) -> Any:

@@ -403,25 +403,35 @@ def _byte_length(value: Any) -> int:
 CODED_BYTES_PER_VALUE = 4.0
 
 
-def top_level_positions(metadata: Any, names: Sequence[str]) -> dict[str, int]:
-    """The positions of the column chunks of the top-level columns ``names`` among a parquet
-    file's (``FileMetaData``) columns, for those it stores.
+def value_chunks(metadata: Any, names: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """The column chunk holding the values of each top-level column of ``names`` that a parquet
+    file (``FileMetaData``) stores in one chunk -- the column itself, or a list's elements
+    (``tags.list.element``; ``list.item`` in older pyarrow files) -- as name -> (its position
+    among the file's chunks, its path, as ``read_dictionary`` takes it). Columns the file lacks,
+    and columns of several chunks (structs, maps), are left out.
 
     Example:
         >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
         >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
-        >>> pq.write_table(pa.table({"x": [1], "s": ["a"]}), path)
-        >>> top_level_positions(pq.read_metadata(path), ["s", "t"])
-        {'s': 1}
+        >>> pq.write_table(pa.table({"x": [1], "s": ["a"], "tags": [["a", "b"]]}), path)
+        >>> value_chunks(pq.read_metadata(path), ["s", "tags", "t"])
+        {'s': (1, 's'), 'tags': (2, 'tags.list.element')}
     """
     wanted = set(names)
     schema = metadata.schema
-    return {schema.column(j).path: j for j in range(metadata.num_columns) if schema.column(j).path in wanted}
+    found: dict[str, list[tuple[int, str]]] = {}
+    for j in range(metadata.num_columns):
+        path = schema.column(j).path
+        # a top-level name may hold dots itself: the whole path first, then the names it starts with
+        owners = [path] if path in wanted else [n for n in wanted if path.startswith(n + ".")]
+        for name in owners:
+            found.setdefault(name, []).append((j, path))
+    return {name: chunks[0] for name, chunks in found.items() if len(chunks) == 1}
 
 
 def dictionary_coded(row_group: Any, positions: Mapping[str, int]) -> frozenset[str]:
-    """The columns among ``positions`` (name -> position of its chunk, see
-    :func:`top_level_positions`) whose chunk in ``row_group`` (a pyarrow ``RowGroupMetaData``)
+    """The columns among ``positions`` (name -> position of its value chunk, see
+    :func:`value_chunks`) whose chunk in ``row_group`` (a pyarrow ``RowGroupMetaData``)
     holds dictionary codes only, with no PLAIN fallback pages: read as codes
     (:mod:`tabloader.encoding.cpu.coded_strings`), they skip decoding strings per row.
 
