@@ -251,15 +251,20 @@ def finite_moments(values: Any) -> tuple[Any, Any, Any]:
     """
     xp = backend.array_lib(values)
     finite = xp.isfinite(values)
+    # The mean is taken of the values less one of them: a column of one value then has exactly
+    # that mean and M2 = 0 (a plain mean of 1000 x 0.1 rounds to 0.10000000000000002, whose
+    # M2 of ~1e-31 made a constant column's std 1e-17 and scaled rounding noise to +-1).
     if xp is np:
         finite_values = values if finite.all() else values[finite]
         if not finite_values.size:
             return 0, 0.0, 0.0
-        mean = finite_values.mean()
+        shift = finite_values[0]
+        mean = shift + (finite_values - shift).mean()
         deviations = finite_values - mean
         return finite_values.size, mean, (deviations * deviations).sum()
     count = xp.count_nonzero(finite)
-    mean = xp.where(finite, values, 0.0).sum(dtype=np.float64) / xp.maximum(count, 1)
+    shift = xp.where(count > 0, values[xp.argmax(finite)], 0.0)  # the first finite value, read on the device
+    mean = shift + xp.where(finite, values - shift, 0.0).sum(dtype=np.float64) / xp.maximum(count, 1)
     deviations = xp.where(finite, values - mean, 0.0)
     return count, mean, (deviations * deviations).sum()
 

@@ -314,6 +314,19 @@ def test_normalize_single_value_all_null_inf_and_empty(frame):
     assert len(empty) == 0 and empty.dtypes.eq(np.float64).all()
 
 
+@pytest.mark.parametrize("value", [0.1, 3.3, 0.7, 1e10 + 0.1, -2.675])
+@pytest.mark.parametrize("part_size", [None, 3000])
+def test_a_column_of_one_value_normalizes_to_zero_however_it_is_partitioned(value, part_size):
+    """The mean of many copies of a value that binary floats cannot hold exactly rounds away
+    from it: its std must still come out 0 (not ~1e-17), and its rows 0 (not +-1)."""
+    df = pd.DataFrame({"x": np.full(1000, value), "y": np.r_[np.full(999, value), np.nan]})
+    wf = Workflow(["x", "y"] >> Normalize(), progress=False).fit(Dataset(df, part_size=part_size))
+    op = wf.stat_nodes[0].op
+    assert op.means_ == {"x": value, "y": value} and op.stds_ == {"x": 0.0, "y": 0.0}
+    out = wf.transform(df)
+    assert out["x"].tolist() == [0.0] * 1000 and out["y"].tolist()[:999] == [0.0] * 999
+
+
 def test_normalize_transform_before_fit_and_wrong_dtype(frame):
     wf = Workflow(["a"] >> Normalize(), progress=False)
     with pytest.raises(NotFittedError):
