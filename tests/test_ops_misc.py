@@ -195,6 +195,15 @@ def test_reduce_dtype_size_empty_partitions_and_empty_data(frame):
     assert str(empty.transform(frame.iloc[:0])["small"].dtype) == "int8"
 
 
+def test_nullable_unsigned_ids_above_the_int64_range_stay_nullable():
+    """UInt64 ids past 2**63 keep uint64, and their nulls (pandas has no "Uint64" dtype)."""
+    df = pd.DataFrame({"id": pd.Series([2**63 + 1, None, 5], dtype="UInt64"),
+                       "small": pd.Series([3, None, 250], dtype="UInt64")})
+    out = Workflow(["id", "small"] >> ReduceDtypeSize(), progress=False).fit_transform(df)
+    assert str(out["id"].dtype) == "UInt64" and out["id"].tolist() == [2**63 + 1, pd.NA, 5]
+    assert str(out["small"].dtype) == "Int16" and out["small"].tolist() == [3, pd.NA, 250]
+
+
 # --- Filter, Dropna ---------------------------------------------------------------------------
 def from_january_2(df):
     return df["dt"] >= datetime.date(2024, 1, 2)

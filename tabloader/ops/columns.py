@@ -110,6 +110,7 @@ class AddProperties(Operator):
 
 _INT_DTYPES = [np.dtype(t) for t in ("int8", "int16", "int32", "int64")]
 _STATE_DTYPES = {*(t.name for t in _INT_DTYPES), "uint64"}  # what fit can record (_smallest_int)
+_NULLABLE_INTS = {name: "UInt64" if name == "uint64" else name.capitalize() for name in _STATE_DTYPES}
 
 
 class ReduceDtypeSize(StatOperator):
@@ -169,7 +170,7 @@ class ReduceDtypeSize(StatOperator):
         if self._is_int(series):
             target = self.dtypes_[col]
             nullable = not isinstance(dtype, np.dtype) and not backend.is_gpu_object(series)
-            return target.capitalize() if nullable and target != "uint64" else target
+            return _NULLABLE_INTS[target] if nullable else target
         if self.float_dtype is not None and str(dtype).lower() in ("float64", "double[pyarrow]"):
             return self.float_dtype if isinstance(dtype, np.dtype) else self.float_dtype.capitalize()
         return None
