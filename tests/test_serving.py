@@ -238,6 +238,23 @@ def test_each_operator_serves_what_transform_gives(case, rows, null_rate, unseen
         assert not server.fallbacks, server.fallbacks
 
 
+@pytest.mark.parametrize("graph", [
+    lambda: (["i", "f"] >> ops.FillMissing(0))["f"] + (["t"] >> ops.LogOp()),
+    lambda: ((["i", "f"] >> ops.FillMissing(0)) + (["s"] >> ops.Categorify()))[["s", "i"]],
+    lambda: ((["i", "f", "g"] >> ops.FillMissing(0)) - ["g"]) >> ops.Normalize(),
+], ids=["pick", "pick-several", "drop"])
+def test_picked_and_dropped_columns_are_served_as_transform_gives_them(graph):
+    """``node["a"]`` and ``node - ["b"]`` are graph syntax like any other: the server takes the
+    picked (or kept) columns of the node's output, on the fast path."""
+    from tabloader.serving import Server
+
+    wf = tl.Workflow(graph(), progress=False).fit(TRAIN)
+    server = Server(wf)
+    for rows, null_rate in ((1, 0.0), (7, 0.3)):
+        check_request(server, wf, make_request(rows, null_rate, 0.3, wf.input_columns), SCHEMA)
+    assert not server.fallbacks, server.fallbacks
+
+
 def test_operators_without_a_fast_path_say_so():
     from tabloader.serving import Server
 

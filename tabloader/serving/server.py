@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from tabloader.graph import ConcatNode, DropNode, Node, SelectNode
+from tabloader.graph import Node, OpNode, SelectNode
 from tabloader.ops import NotFittedError
 from tabloader.serving.columns import Column, Unsupported, as_series, column_reader, from_series, model_array
 from tabloader.serving.fast_paths import FAST_OPERATORS
@@ -50,7 +50,7 @@ class Server:
         columns = self.plan.columns(node)
         if isinstance(node, SelectNode):
             return lambda state: {c: state["columns"][c] for c in columns.output}
-        if isinstance(node, (ConcatNode, DropNode)):
+        if not isinstance(node, OpNode):  # concatenations, drops, picks (node["a"]): columns of the parents
             parents = node.parents
 
             def combine(state: dict) -> dict[str, Column]:
