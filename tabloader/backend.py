@@ -702,7 +702,22 @@ def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups:
     if columns is not None:
         present = set(fragment.physical_schema.names)  # the dataset reader refuses a missing column
         columns = [c for c in columns if c in present]
-    return fragment.to_table(columns=columns, memory_pool=pool, use_threads=True)
+    table = fragment.to_table(columns=columns, memory_pool=pool, use_threads=True)
+    return table if row_groups is None else _in_order(table, fragment.row_groups, row_groups)
+
+
+def _in_order(table: Any, read: Sequence[Any], wanted: Sequence[int]) -> Any:
+    """``table``, read from the row groups ``read`` (pyarrow ``RowGroupInfo``, in the order the
+    fragment read them), with its rows in the order of ``wanted``: pyarrow's ``make_fragment``
+    may read row groups 24..35 as 32..35, 24..31. The slices share the table's memory."""
+    import pyarrow as pa
+
+    ids = [group.id for group in read]
+    if ids == list(wanted):
+        return table
+    starts = np.cumsum([0] + [group.num_rows for group in read])
+    at = {group.id: (int(start), group.num_rows) for group, start in zip(read, starts)}
+    return pa.concat_tables([table.slice(*at[i]) for i in wanted])
 
 
 def exportable(array: Any) -> Any:

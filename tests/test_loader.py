@@ -151,6 +151,18 @@ def test_no_shuffle_keeps_order(data, device):
     assert np.concatenate(epoch_ids(loader)).tolist() == list(range(400))
 
 
+def test_no_shuffle_keeps_the_order_of_partitions_of_many_row_groups(tmp_path, device):
+    """The loader's reader (pyarrow's dataset reader, into the loader's memory pool) reads a
+    partition's row groups in the file's order: pyarrow's make_fragment alone may read row groups
+    24..35 as 32..35, 24..31."""
+    pq.write_table(pa.table({"id": np.arange(1000), "x": np.zeros(1000, np.float32)}), tmp_path / "a.parquet",
+                   row_group_size=7)
+    ds = tl.Dataset(str(tmp_path), part_size="4KB")
+    assert ds.npartitions > 5
+    loader = Loader(ds, 100, shuffle=False, categorical=["id"], continuous=["x"], target=[], device=device)
+    assert np.concatenate([np.asarray(f["id"].tolist()) for f, _ in loader]).tolist() == list(range(1000))
+
+
 @pytest.mark.parametrize("stop_after", [0, 1, 3, 7, 12])
 def test_state_dict_resumes_mid_epoch(data, device, stop_after):
     reference = Loader(tl.Dataset(data), 33, seed=3, buffer_size=90 * ROW_BYTES, device=device)
