@@ -197,6 +197,25 @@ def test_stream_semantics_peek_restart_and_epoch_end(data):
         seq[n]
 
 
+@pytest.mark.parametrize("peeked_last", [[0], [1], [1, 0]])
+def test_a_shuffled_keras_epoch_asking_for_the_peeked_batches_last_sees_every_row_once(data, peeked_last):
+    """fit(shuffle=True): Keras peeks at batches 0 and 1, resets, then asks for the indices in a
+    shuffled order; when a peeked index comes last, it is still the peeked batch, not the first
+    batch of the next loader epoch."""
+    seq = KerasSequenceLoader(tl.Dataset(data["train"]), batch_size=4000, shuffle=True, seed=3,
+                              categorical=["row_id"], target="label")
+    n = len(seq)
+    peek = [seq[0], seq[1]]
+    seq.on_epoch_end()  # Keras resets its iterator before training
+    seq.on_epoch_begin()
+    order = [i for i in reversed(range(n)) if i not in peeked_last] + peeked_last
+    epoch = [seq[i] for i in order]
+    seq.on_epoch_end()
+    ids = _ids(epoch)
+    assert seq.epoch == 0 and len(np.unique(ids)) == len(ids) == 24_000
+    assert all(epoch[order.index(i)][0]["row_id"] is peek[i][0]["row_id"] for i in (0, 1))
+
+
 def test_ragged_list_columns_arrive_intact(data):
     table = pa.concat_tables([pq.read_table(os.path.join(data["train"], f"part_{i}.parquet"),
                                             columns=["row_id", "tags"]) for i in range(3)])

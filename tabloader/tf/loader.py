@@ -248,6 +248,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         self._iterator: Iterator | None = None
         self._epochs_started = 0
         self._epoch_over = False
+        self._peeked = False
         self._keras_epoch_open = False  # between Keras's on_epoch_begin() and on_epoch_end()
         self._served: set[int] = set()
         self._cache: dict[int, tuple] = {}
@@ -274,6 +275,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         self._iterator = iter(self.loader)  # each iter() is the loader's next epoch
         self._epochs_started += 1
         self._epoch_over = False
+        self._peeked = False  # whether Keras reset its iterator after reading the spec peek only
         self._served.clear()
         self._cache.clear()
 
@@ -284,11 +286,15 @@ class KerasSequenceLoader(keras.utils.PyDataset):
         if not 0 <= index < n:
             raise IndexError(f"batch index {index} out of range for {n} batches")
         with self._lock:
-            if self._iterator is None or self._epoch_over or len(self._served) >= n:
+            live = self._iterator is not None and not self._epoch_over
+            if live and index in self._cache and (len(self._served) < n or self._peeked):
+                # Keras's spec peek, read again in the epoch (also as the last index of a shuffled
+                # epoch, when every index is served already); a full epoch's cached batches are
+                # stale unless Keras reset its iterator right after peeking (on_epoch_end).
+                return self._cache.pop(index)
+            if not live or len(self._served) >= n:
                 self._start_epoch()
             if index in self._served:
-                if index in self._cache:  # Keras's spec peek, read again at the epoch's start
-                    return self._cache.pop(index)
                 self._start_epoch()  # a restart: begin the next epoch
             try:
                 features, target = next(self._iterator)
@@ -323,6 +329,7 @@ class KerasSequenceLoader(keras.utils.PyDataset):
                 # Only Keras's spec peek ran (fit/evaluate read two batches, then reset the
                 # iterator before starting it): keep the epoch and the two batches rather than
                 # throwing a chunk's work away.
+                self._peeked = True
                 return
             self._epoch_over = True
             self._cache.clear()
