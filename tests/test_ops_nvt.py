@@ -64,6 +64,17 @@ def test_vocabulary_table_is_the_contract(tmp_path):
         op.vocabulary_table("y")
 
 
+def test_a_combination_with_a_column_named_id_keeps_its_values_in_the_table(tmp_path):
+    frame = pd.DataFrame({"id": [10, 10, 20, 30], "country": ["no", "no", "se", "dk"]})
+    op = ops.Categorify(encode_type="combo")
+    tl.Workflow([("id", "country")] >> op, progress=False).fit(frame)
+    table = op.vocabulary_table("id_country")
+    assert table.to_dict("list") == {"id": [10, 20, 30], "country": ["no", "se", "dk"], "_id": [3, 4, 5],
+                                     "count": [2, 1, 1]}
+    exported = op.export_vocabularies(str(tmp_path / "vocab"))
+    assert pd.read_parquet(exported["id_country"]).to_dict("list") == table.to_dict("list")
+
+
 def test_inverse_transform_maps_reserved_ids_to_sentinels(tmp_path):
     path = write_parquet(tmp_path, categorical_table())
     op = ops.Categorify(freq_threshold=2)

@@ -34,7 +34,8 @@ class VocabularyTables:
     def vocabulary_table(self, column: str, columns: Columns | None = None) -> pd.DataFrame:
         """The vocabulary ``column`` (an output column or a group name) is encoded with, as a plain
         table: ``value`` (for a combination, one column per input column), ``id`` and ``count``
-        (times seen at fit; missing for a user-given vocabulary), in id order. The reserved ids
+        (times seen at fit; missing for a user-given vocabulary), in id order; a combination with
+        a column named ``id`` names the ids ``_id``. The reserved ids
         (padding 0, null 1, OOV ``[2, 2 + num_buckets)``) are not rows of it: see
         :mod:`tabloader.encoding.contract`.
 
@@ -53,7 +54,7 @@ class VocabularyTables:
                 vocab = self._vocabulary(kind, key, inputs)
                 ids = first_vocabulary_id(self._buckets(key)) + np.arange(len(vocab), dtype=np.int64)
                 table = vocab.drop(columns="count").reset_index(drop=True)
-                table["id"] = ids
+                table[_free_name("id", table.columns)] = ids  # never over a combination's own "id" column
                 table["count"] = vocab["count"].to_numpy()
                 return table
         raise KeyError(f"{self.label} encodes no column {column!r}; it encodes {[o for *_, outs in plan for o in outs]}")
@@ -161,3 +162,15 @@ class VocabularyTables:
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise ValueError(f"{self.label}: the {which} sentinel {value!r} cannot stand among the values of "
                              f"column {name!r} ({type_}): {exc}") from exc
+
+
+def _free_name(name: str, taken: Any) -> str:
+    """``name``, or ``_name`` (``__name``...) when ``taken`` holds it.
+
+    Example:
+        >>> _free_name("id", ["user", "id"]), _free_name("id", ["user"])
+        ('_id', 'id')
+    """
+    while name in taken:
+        name = "_" + name
+    return name
