@@ -160,7 +160,7 @@ class Workflow:
     def transform_frame(self, frame: Any) -> Any:
         """Transform one in-memory partition."""
         plan = self._fitted(self.plan_)
-        out = plan.evaluate(frame)[plan.output_columns]
+        out = plan.evaluate(_lists_as_fitted(frame, self.input_schema_))[plan.output_columns]
         return backend.to_frame_device(out, backend.frame_device(frame))  # after a host-only operator too
 
     def inverse_transform(self, frame: Any, oov: Any = None, padding: Any = None) -> Any:
@@ -293,6 +293,20 @@ def _splice(frame: Any, replaced: list[str], columns: Any) -> Any:
     at = names.index(replaced[0])
     before, after = [c for c in names[:at] if c not in replaced], [c for c in names[at:] if c not in replaced]
     return backend.concat([frame[before], columns, frame[after]], axis=1)
+
+
+def _lists_as_fitted(frame: Any, schema: Schema) -> Any:
+    """``frame`` with the object columns that were list columns at fit as arrow list columns:
+    a few rows of only null lists do not look like lists by themselves."""
+    from tabloader.encoding.lists import as_list_column
+
+    lists = [c.name for c in schema if c.is_list and c.name in frame.columns and frame[c.name].dtype == object]
+    if not lists:
+        return frame
+    frame = frame.copy(deep=False)  # the caller's frame is left as it is
+    for name in lists:
+        frame[name] = as_list_column("Workflow", name, frame[name], is_list=True)
+    return frame
 
 
 def _as_dataset(data: Any) -> Dataset:

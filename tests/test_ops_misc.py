@@ -370,3 +370,28 @@ def test_list_ops_take_object_columns_whose_null_lists_are_nan():
     assert stats == {"l": {"min": 0, "max": 3}}
     with pytest.raises(TypeError, match=r"ListSlice: column 'l' holds lists in some rows and other values"):
         ListSlice(0, 1).transform(["l"], pd.DataFrame({"l": pd.Series([[1], 5], dtype=object)}))
+
+
+def test_object_list_columns_stay_lists_in_partitions_of_only_null_lists():
+    """pd.read_parquet's object columns of numpy arrays, cut into partitions whose first ones
+    hold only null lists: every operator sees a list column in every partition (as one
+    partition of the same column in arrow form gives), and so does transform_frame of a few
+    rows of null lists."""
+    from tabloader.ops import FillMissing, HashBucket
+
+    pattern = [np.array(["a", "b"], dtype=object), np.array(["b"], dtype=object), None, np.array([], dtype=object)]
+    rows = [None] * 400 + pattern * 300
+    objects = pd.DataFrame({"l": pd.Series(rows, dtype=object), "n": np.arange(len(rows))})
+    arrow = objects.assign(l=pd.Series([None if r is None else list(r) for r in rows],
+                                       dtype=pd.ArrowDtype(pa.list_(pa.string()))))
+    for op in (FillMissing("z"), HashBucket(10)):
+        parts = Dataset(objects, part_size="4KB")
+        assert parts.npartitions > 3 and parts.read_partition(0)["l"].isna().all()
+        wf = Workflow((["l"] >> op) + ["n"], progress=False).fit(parts)
+        expected = Workflow((["l"] >> op) + ["n"], progress=False).fit(arrow).transform(arrow)
+        got = wf.transform(parts).compute()
+        assert got["l"].dtype == expected["l"].dtype
+        assert got["l"].tolist() == expected["l"].tolist()
+        assert wf.transform_frame(objects.iloc[:3])["l"].tolist() == expected["l"].tolist()[:3]
+    counts = Workflow(["l"] >> ValueCount(), progress=False).fit(Dataset(objects, part_size="4KB"))
+    assert counts.stat_nodes[0].op.stats_ == {"l": {"min": 0, "max": 2}}

@@ -57,7 +57,7 @@ class FrameSource(RowRangeSource):
     def __init__(self, frame: Any, part_size: int, device: str = "cpu") -> None:
         super().__init__(device)
         frame = backend.to_frame_device(frame, device)
-        self.frame = frame.reset_index(drop=True)
+        self.frame = frame = _lists_as_arrow(frame.reset_index(drop=True))
         self._scattered: dict[tuple, Any] = {}  # (client id, columns) -> the frame's future on that cluster
         n = len(frame)
         self._cut(n, int(frame.memory_usage(deep=True, index=False).sum()) if n else 0, part_size)
@@ -95,6 +95,39 @@ class FrameSource(RowRangeSource):
     @property
     def summary(self) -> str:
         return "a DataFrame"
+
+
+def _lists_as_arrow(frame: Any) -> Any:
+    """``frame`` with its object columns of lists (Python lists, or the numpy arrays of
+    ``pd.read_parquet``) as arrow list columns: converted once for the whole column, a partition
+    holding only null lists stays a list column (per partition it would look like a column of
+    nulls, and an operator would fill or hash its rows as scalars).
+
+    Example:
+        >>> import pandas as pd
+        >>> frame = _lists_as_arrow(pd.DataFrame({"l": [None, [1, 2]], "s": ["a", "b"]}))
+        >>> str(frame["l"].dtype), frame["s"].dtype == object
+        ('list<item: int64>[pyarrow]', True)
+    """
+    from tabloader.encoding.lists import as_list_column
+
+    if backend.is_gpu_object(frame):
+        return frame
+    lists = {}
+    for position, (name, series) in enumerate(frame.items()):
+        if series.dtype == object:
+            try:
+                converted = as_list_column("Dataset", name, series)
+            except TypeError:  # lists in some rows, other values in others: an operator reading it says so
+                continue
+            if converted is not None:
+                lists[position] = converted
+    if not lists:
+        return frame
+    frame = frame.copy(deep=False)  # the caller's frame is left as it is
+    for position, converted in lists.items():
+        frame.isetitem(position, converted)
+    return frame
 
 
 def _rows(frame: Any, start: int, stop: int, columns: Sequence[str] | None) -> Any:
