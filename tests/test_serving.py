@@ -255,6 +255,25 @@ def test_picked_and_dropped_columns_are_served_as_transform_gives_them(graph):
     assert not server.fallbacks, server.fallbacks
 
 
+def test_output_dtypes_are_those_of_the_output_schema_whatever_nulls_a_request_holds(tmp_path):
+    """An integer column that may hold nulls (nullable Int64 in the files) filled with a median
+    of 3.5 is float64 in the workflow's output; a request without a null reads it as int64, which
+    FillMedian leaves alone: the server still hands the model float64 (as the Dataset gives)."""
+    from tabloader.serving import Server
+
+    frame = pd.DataFrame({"n": pd.Series([1, 2, None, 3, 4, 10, 11], dtype="Int64"), "m": np.arange(7)})
+    frame.to_parquet(tmp_path / "a.parquet")
+    ds = tl.Dataset(str(tmp_path))
+    wf = tl.Workflow(["n", "m"] >> ops.FillMedian(), progress=False).fit(ds)
+    assert wf.transform(ds).compute()["n"].dtype == np.float64
+    server = Server(wf)
+    for request in ({"n": [5], "m": [1]}, {"n": [None], "m": [2]}, {"n": [5, None], "m": [1, 2]}):
+        out = server.transform(request)
+        assert out["n"].dtype == np.float64 and out["m"].dtype == np.int64, request
+        expected = [3.5 if v is None else float(v) for v in request["n"]]
+        assert out["n"].tolist() == expected and out["m"].tolist() == request["m"]
+
+
 def test_operators_without_a_fast_path_say_so():
     from tabloader.serving import Server
 

@@ -43,6 +43,7 @@ class Server:
         self._readers = {name: column_reader(self.input_schema[name].dtype, self.input_schema[name].is_list)
                          for name in self.plan.input_columns}
         self._steps = [(node, self._compile(node)) for node in self.plan.nodes]
+        self._output_dtypes = {col.name: np.dtype(col.dtype) for col in workflow.output_schema if not col.is_list}
 
     def _compile(self, node: Node) -> Callable[[dict], dict[str, Column]]:
         """The function computing ``node``'s output columns from a request's state (its
@@ -121,8 +122,18 @@ class Server:
             self.fallbacks[self.plan.output.describe()] += 1
             frame = self.workflow.transform_frame(self._frame(state)).reset_index(drop=True)
             out = {c: from_series(frame[c]) for c in frame.columns}
-        arrays = {name: model_array(name, col) for name, col in out.items()}
+        arrays = {name: self._as_fitted(name, model_array(name, col)) for name, col in out.items()}
         return _to_torch(arrays) if as_torch else arrays
+
+    def _as_fitted(self, name: str, array: Any) -> Any:
+        """An output column in its dtype in the workflow's output schema (what ``wf.transform``
+        of a Dataset gives) where it widens safely: a request without a null reads an integer
+        column as int64, which FillMedian leaves int64, where the column that may hold nulls at
+        fit (nullable ``Int64``) gives float64; a model gets one dtype per column either way."""
+        target = self._output_dtypes.get(name)
+        if target is None or not isinstance(array, np.ndarray) or array.dtype == target:
+            return array
+        return array.astype(target) if np.can_cast(array.dtype, target, "safe") else array
 
 
 def _check_numeric_outputs(schema: Any) -> None:
