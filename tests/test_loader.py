@@ -184,6 +184,25 @@ def test_state_dict_resumes_mid_epoch(data, device, stop_after):
     assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["rows"] == 0
 
 
+@pytest.mark.parametrize("stop_after", [2, 3])
+def test_resuming_with_drop_last_and_a_larger_batch_size_yields_the_epoch_s_other_rows_in_full_batches(stop_after):
+    """10 rows in batches of 3 (drop_last: 9 rows an epoch), resumed in batches of 4: after 2
+    batches, one batch of the 4 rows left; after the whole epoch (9 rows, more than the 8 an
+    epoch of 4s yields), nothing more in that epoch, then whole epochs of 4s."""
+    ds = tl.Dataset(pd.DataFrame({"id": np.arange(10)}))
+    first = Loader(ds, 3, seed=0, drop_last=True, categorical=["id"], target=[])
+    it = iter(first)
+    head = [next(it)[0]["id"].tolist() for _ in range(stop_after)]
+    state = first.state_dict()
+    first.close()
+    resumed = Loader(ds, 4, seed=0, drop_last=True, categorical=["id"], target=[])
+    resumed.load_state_dict(state)
+    tail = [f["id"].tolist() for f, _ in resumed]
+    seen = [i for batch in head + tail for i in batch]
+    assert [len(b) for b in tail] == ([4] if stop_after == 2 else []) and len(set(seen)) == len(seen)
+    assert [len(f["id"]) for f, _ in resumed] == [4, 4]  # the next epoch
+
+
 def test_state_dict_checks_settings(data):
     state = Loader(tl.Dataset(data), 10, buffer_size=90 * ROW_BYTES).state_dict()
     with pytest.raises(ValueError, match="rows_per_chunk"):

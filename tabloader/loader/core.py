@@ -311,9 +311,12 @@ class Loader:
                           "partitions changed)")
         if differ:
             raise ValueError("cannot resume: the state was saved by a loader with " + "; ".join(differ))
-        if rows > self.rows_per_epoch:
-            raise ValueError(f"state['rows']={rows} is more than the {self.rows_per_epoch} rows this loader "
-                             "yields per epoch")
+        # Against the epoch's rows before drop_last: a state saved with another batch size may
+        # have yielded more rows than this one would (9 of 10 in batches of 3, 8 in batches of
+        # 4); the resumed epoch drops its last partial batch counting from the resume point.
+        if rows > self.plan.rows_per_rank:
+            raise ValueError(f"state['rows']={rows} is more than the {self.plan.rows_per_rank} rows of this "
+                             "loader's epoch")
         self.close()
         self.seed = self.plan.seed = self.shuffler.seed = seed
         self._epoch, self._start_row = epoch, rows
