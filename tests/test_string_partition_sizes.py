@@ -29,3 +29,23 @@ def test_partitions_of_dictionary_encoded_hex_ids_stay_near_part_size(tmp_path):
         frame = dataset.read_partition(i)
         assert frame["C1"].tolist() == table.column("C1").to_pylist()[sum(sizes[:i]):sum(sizes[:i + 1])]
         assert frame.memory_usage(deep=True, index=False).sum() <= 1.25 * part_size
+
+
+def test_partitions_of_list_columns_of_short_strings_stay_near_part_size(tmp_path):
+    """Multi-hot tags (lists of 0-6 strings drawn from 50): each element counts an offset and
+    its characters, each row its list's offset; by their encoded size (a few bits per element)
+    a partition held 4x part_size."""
+    rng = np.random.default_rng(1)
+    pool = np.array([f"tag-{v:04d}" for v in range(50)], dtype=object)
+    rows = 120_000
+    lengths = rng.integers(0, 7, rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    tags = pa.ListArray.from_arrays(pa.array(offsets), pa.array(pool[rng.integers(0, 50, lengths.sum())]))
+    pq.write_table(pa.table({"tags": tags}), tmp_path / "part_0.parquet", row_group_size=10_000)
+    part_size = 1_000_000  # about 20K rows of 3 elements of (4 + 8) bytes and a 4-byte list offset
+    dataset = tl.Dataset(str(tmp_path), part_size=part_size)
+    sizes = dataset.partition_sizes()
+    assert sum(sizes) == rows and len(sizes) >= 4
+    for i in range(len(sizes)):
+        decoded = dataset.read_partition_arrow(i).nbytes
+        assert 0.4 * part_size <= decoded <= 1.25 * part_size, (i, decoded)

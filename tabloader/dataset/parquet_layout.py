@@ -362,20 +362,22 @@ def in_memory_bytes(row_group: Any, widths: dict[str, int]) -> int:
     The parquet ``total_byte_size`` is the encoded size, which dictionary and run-length
     encoding make several times smaller than the decoded columns (4-5x for Criteo-like data),
     so partitions grouped by it would be several times ``part_size`` in memory. Fixed-width
-    columns count ``rows * width``; top-level strings (and binary) at least ``rows`` times an
-    8-byte offset plus the mean length of their smallest and largest value (exact for ids of
-    one width: their dictionary encoding is 4-30x smaller than the decoded column); the others
+    columns count ``rows * width``; strings (and binary) at least an 8-byte offset plus the mean
+    length of their smallest and largest value per value (exact for ids of one width: their
+    dictionary encoding is 4-30x smaller than the decoded column), for the elements of a list
+    column of strings (tags) per element, plus the list's 4-byte offset per row; the others
     their uncompressed encoded size.
     """
     n = row_group.num_rows
     total = 0
     for j in range(row_group.num_columns):
         chunk = row_group.column(j)
-        top = chunk.path_in_schema.split(".", 1)[0]
-        if top in widths and "." not in chunk.path_in_schema:
+        top, nested = chunk.path_in_schema.split(".", 1)[0], "." in chunk.path_in_schema
+        if top in widths and not nested:
             total += n * widths[top]
-        elif chunk.physical_type == "BYTE_ARRAY" and "." not in chunk.path_in_schema:
-            total += max(chunk.total_uncompressed_size, n * (8 + _mean_extreme_length(chunk.statistics)))
+        elif chunk.physical_type == "BYTE_ARRAY":
+            decoded = (chunk.num_values if nested else n) * (8 + _mean_extreme_length(chunk.statistics))
+            total += max(chunk.total_uncompressed_size, decoded + (4 * n if nested else 0))
         else:
             total += chunk.total_uncompressed_size
     return max(total, row_group.total_byte_size)
