@@ -41,7 +41,7 @@ def test_partitions_of_list_columns_of_short_strings_stay_near_part_size(tmp_pat
     lengths = rng.integers(0, 7, rows)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     tags = pa.ListArray.from_arrays(pa.array(offsets), pa.array(pool[rng.integers(0, 50, lengths.sum())]))
-    pq.write_table(pa.table({"tags": tags}), tmp_path / "part_0.parquet", row_group_size=10_000)
+    pq.write_table(pa.table({"tags": tags}), tmp_path / "part_0.parquet", row_group_size=5_000)
     part_size = 1_000_000  # about 20K rows of 3 elements of (4 + 8) bytes and a 4-byte list offset
     dataset = tl.Dataset(str(tmp_path), part_size=part_size)
     sizes = dataset.partition_sizes()
@@ -49,3 +49,13 @@ def test_partitions_of_list_columns_of_short_strings_stay_near_part_size(tmp_pat
     for i in range(len(sizes)):
         decoded = dataset.read_partition_arrow(i).nbytes
         assert 0.4 * part_size <= decoded <= 1.25 * part_size, (i, decoded)
+
+
+def test_statistics_of_text_that_is_not_utf8_still_size_the_partitions(tmp_path):
+    """Hive and Impala may leave Latin-1 bytes in a string column: its min/max statistics are not
+    UTF-8, and only their byte lengths are needed; the other columns read as they are."""
+    latin1 = pa.array([b"ok", b"caf\xe9", b"ok"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": [1, 2, 3], "c": latin1}), tmp_path / "part-0.parquet")
+    assert tl.Dataset(str(tmp_path)).num_rows == 3
+    assert tl.Dataset(str(tmp_path), columns=["id"]).compute()["id"].tolist() == [1, 2, 3]
+    assert tl.Dataset(str(tmp_path)).read_partition_arrow(0).column("c").cast(pa.binary()).to_pylist()[1] == b"caf\xe9"

@@ -384,10 +384,12 @@ def in_memory_bytes(row_group: Any, widths: dict[str, int]) -> int:
 
 
 def _mean_extreme_length(statistics: Any) -> int:
-    """The mean byte length of a string column chunk's smallest and largest value (0 unknown)."""
+    """The mean byte length of a string column chunk's smallest and largest value (0 unknown),
+    from their raw bytes: decoding them as text would fail on a writer's bytes that are not
+    UTF-8 (Latin-1 text left by Hive or Impala), in any column, read or not."""
     if statistics is None or not statistics.has_min_max:
         return 0
-    return (_byte_length(statistics.min) + _byte_length(statistics.max)) // 2
+    return (_byte_length(statistics.min_raw) + _byte_length(statistics.max_raw)) // 2
 
 
 def _byte_length(value: Any) -> int:
