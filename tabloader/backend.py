@@ -677,7 +677,9 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
         with pq.ParquetFile(str(path), filesystem=fs, coerce_int96_timestamp_unit=INT96_UNIT,
                             read_dictionary=list(read_dictionary) or None) as file:
             groups = list(range(file.num_row_groups)) if row_groups is None else row_groups
-            if read_dictionary and len(groups) > 1:  # one call per row group: this reader cannot chunk lists of codes
+            # One call per row group where a list's elements come as dictionaries (asked for, or
+            # stored so: polars' List(Categorical)): this reader cannot chunk them in one call.
+            if len(groups) > 1 and (read_dictionary or _nests_dictionaries(file.schema_arrow, columns)):
                 table = pa.concat_tables([file.read_row_group(i, columns=columns, use_threads=True) for i in groups])
             else:
                 table = (file.read(columns=columns, use_threads=True) if row_groups is None
@@ -689,6 +691,29 @@ def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_grou
     if missing:
         raise KeyError(f"columns {missing} are not in {path}")
     return table
+
+
+def _nests_dictionaries(schema: Any, columns: Sequence[str] | None) -> bool:
+    """True when one of ``columns`` (default: all) of the arrow ``schema`` is a list whose
+    elements are of dictionary type.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> schema = pa.schema([("tags", pa.list_(pa.dictionary(pa.int32(), pa.string()))), ("x", pa.int64())])
+        >>> _nests_dictionaries(schema, None), _nests_dictionaries(schema, ["x"])
+        (True, False)
+    """
+    import pyarrow as pa
+
+    for field in schema:
+        if columns is not None and field.name not in columns:
+            continue
+        kind = field.type
+        while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            kind = kind.value_type
+        if kind is not field.type and pa.types.is_dictionary(kind):
+            return True
+    return False
 
 
 def _read_parquet_fragment(path: str, fs: Any, columns: list | None, row_groups: list | None, pool: Any,

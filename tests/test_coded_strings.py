@@ -400,3 +400,24 @@ def test_a_workflow_over_coded_lists_gives_the_ids_of_pandas_by_hand(tmp_path, w
     frame = pd.DataFrame({"tags": pd.Series(pd.arrays.ArrowExtensionArray(tags)),
                           "genres": pd.Series(pd.arrays.ArrowExtensionArray(genres)), "y": got["y"]})
     assert as_lists(got["genres"]) == as_lists(workflow.transform(frame)["genres"])
+
+
+@pytest.mark.parametrize("writer", ["polars", "pyarrow"])
+def test_list_columns_stored_with_dictionary_elements_read_across_row_groups(tmp_path, writer):
+    """polars' List(Categorical), or an arrow list<dictionary<string>>, keep the dictionary type
+    in the file's schema: a partition of several row groups reads them (pyarrow's reader takes
+    them one row group at a time), as lists of strings."""
+    rows = [["a", "b"], None, [], ["b", None, "c"], ["a"]] * 1000
+    path = str(tmp_path / "a.parquet")
+    if writer == "polars":
+        pl = pytest.importorskip("polars")
+        pl.DataFrame({"tags": rows}, schema={"tags": pl.List(pl.Categorical)}).write_parquet(path, row_group_size=1000)
+    else:
+        coded = pa.array(rows, pa.list_(pa.string())).cast(pa.list_(pa.dictionary(pa.int32(), pa.string())))
+        pq.write_table(pa.table({"tags": coded}), path, row_group_size=1000)
+    ds = tl.Dataset(path)
+    assert ds.npartitions == 1 and pq.read_metadata(path).num_row_groups == 5
+    assert as_lists(ds.compute()["tags"]) == rows
+    ids = tl.Workflow(["tags"] >> ops.Categorify(), progress=False).fit_transform(ds).compute()
+    expected = {"a": 3, "b": 4, "c": 5}  # a and b 2000 times each (ties by value), c 1000
+    assert as_lists(ids["tags"]) == [None if r is None else [1 if v is None else expected[v] for v in r] for r in rows]
