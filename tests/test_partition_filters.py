@@ -117,3 +117,23 @@ def test_filters_on_a_source_without_folders_are_refused():
 
     with pytest.raises(ValueError, match=r"filters=.* applies to the key=value folders of parquet files"):
         tl.Dataset(pd.DataFrame({"dt": [1]}), filters=[("dt", "==", 1)])
+
+
+@pytest.mark.parametrize("writer", ["polars", "pyarrow"])
+def test_a_key_the_files_also_store_filters_as_the_type_of_that_column(tmp_path, writer):
+    """polars' partition_by stores the key column in the files too: a string here, though the
+    folder values look like numbers. The dataset types the key as that column, and so do the
+    filters (a string comparison: "10115" < "3"), as polars' own hive reader does."""
+    frame = {"zip": ["10115", "2", "10115"], "x": [1.0, 2.0, 3.0]}
+    if writer == "polars":
+        pytest.importorskip("polars").DataFrame(frame).write_parquet(str(tmp_path), partition_by=["zip"])
+    else:
+        for zip_code in ("10115", "2"):
+            rows = [i for i, z in enumerate(frame["zip"]) if z == zip_code]
+            os.makedirs(tmp_path / f"zip={zip_code}")
+            pq.write_table(pa.table({"zip": [zip_code] * len(rows), "x": [frame["x"][i] for i in rows]}),
+                           tmp_path / f"zip={zip_code}" / "part-0.parquet")
+    assert tl.Dataset(str(tmp_path)).schema["zip"].dtype == "string"
+    kept = tl.Dataset(str(tmp_path), filters=[("zip", "<", "3")]).compute()
+    assert sorted(kept["x"]) == [1.0, 2.0, 3.0]
+    assert sorted(tl.Dataset(str(tmp_path), filters=[("zip", "==", "2")]).compute()["x"]) == [2.0]

@@ -350,9 +350,23 @@ def _filtered(files: FileSet, partition_types: Mapping[str, Any] | str | None, f
         raise ValueError(f"filters={filters!r} keep or drop the files of key=value folders; the table at "
                          f"{files.directory} is read from its metadata: give its scan a row_filter on identity "
                          "partition columns instead (tl.Dataset(table.scan(row_filter=...)))")
-    kept = kept_files(files.paths, files.bases, _given_key_types(files, partition_types), filters, files.directory)
+    kept = kept_files(files.paths, files.bases, _given_key_types(files, partition_types), filters, files.directory,
+                      _stored_columns_of_one(files))
     return dataclasses.replace(files, paths=[files.paths[i] for i in kept], bases=[files.bases[i] for i in kept],
                                urls=[files.urls[i] for i in kept])
+
+
+def _stored_columns_of_one(files: FileSet) -> list[dict[str, Any]]:
+    """The column types of the first file whose footer reads (a list of one, or none): a hive key
+    the files also store (polars' and DuckDB's partitioned writes) is typed as that column, by
+    the filters as by the dataset. A file that cannot be read is passed over: it may be one the
+    filters drop, which is never read otherwise."""
+    for path in files.paths:
+        try:
+            return [file_fields(read_footer(path, files.fs).arrow_schema)]
+        except Exception:  # noqa: BLE001 -- any unreadable file: the next one tells as well
+            continue
+    return []
 
 
 def _holds_strings(arrow_type: Any) -> bool:

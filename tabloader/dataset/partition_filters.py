@@ -79,12 +79,14 @@ def _condition(item: Any) -> Condition:
 
 
 def kept_files(paths: Sequence[str], bases: Sequence[str], partition_types: Any, filters: Any,
-               where: str) -> list[int]:
+               where: str, stored: Sequence[Any] = ()) -> list[int]:
     """The positions of the files (``paths``, found under ``bases``) whose partition keys pass
-    ``filters``; ``where`` names the dataset in errors (a filter on a column that is not a key,
-    a value the key's type cannot hold, no file kept)."""
+    ``filters``, the keys typed as the dataset types them (``stored``: column types of files
+    that may store keys, see :func:`~tabloader.dataset.parquet_layout.hive_keys`); ``where``
+    names the dataset in errors (a filter on a column that is not a key, a value the key's type
+    cannot hold, no file kept)."""
     conjunctions = as_conditions(filters)
-    types, keys = hive_keys(paths, bases, partition_types)
+    types, keys = hive_keys(paths, bases, partition_types, stored)
     typed = [[_typed(c, types, where) for c in conjunction] for conjunction in conjunctions]
     values = [dict(pairs) for pairs in keys]
     kept = [i for i, found in enumerate(values)
