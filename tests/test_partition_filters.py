@@ -137,3 +137,23 @@ def test_a_key_the_files_also_store_filters_as_the_type_of_that_column(tmp_path,
     kept = tl.Dataset(str(tmp_path), filters=[("zip", "<", "3")]).compute()
     assert sorted(kept["x"]) == [1.0, 2.0, 3.0]
     assert sorted(tl.Dataset(str(tmp_path), filters=[("zip", "==", "2")]).compute()["x"]) == [2.0]
+
+
+def test_integer_keys_past_int64_stay_exact_and_bounds_past_int32_still_compare(tmp_path):
+    """uid=18446744073709551616 and ...617 are two values (strings, as pyarrow reads them), not one
+    float; epoch-second folders that fit int32 still compare with a bound past the int32 range."""
+    for uid, ts in (("18446744073709551616", "1700000000"), ("18446744073709551617", "1800000000")):
+        os.makedirs(tmp_path / "big" / f"uid={uid}")
+        pq.write_table(pa.table({"x": [float(uid[-1])]}), tmp_path / "big" / f"uid={uid}" / "p.parquet")
+        os.makedirs(tmp_path / "epoch" / f"ts={ts}")
+        pq.write_table(pa.table({"x": [float(ts[1])]}), tmp_path / "epoch" / f"ts={ts}" / "p.parquet")
+    big = tl.Dataset(str(tmp_path / "big"))
+    assert big.schema["uid"].dtype == "string"
+    assert big.compute()["uid"].tolist() == ["18446744073709551616", "18446744073709551617"]
+    kept = tl.Dataset(str(tmp_path / "big"), filters=[("uid", "==", "18446744073709551617")])
+    assert kept.compute()["x"].tolist() == [7.0]
+    with pytest.raises(ValueError, match=r"18446744073709551617 is not a value of the key 'uid', which is string"):
+        tl.Dataset(str(tmp_path / "big"), filters=[("uid", "==", 18446744073709551617)])
+    assert tl.Dataset(str(tmp_path / "epoch")).schema["ts"].dtype == "int32"
+    assert tl.Dataset(str(tmp_path / "epoch"), filters=[("ts", "<", 3_000_000_000)]).num_rows == 2
+    assert tl.Dataset(str(tmp_path / "epoch"), filters=[("ts", ">", 1.75e9)]).compute()["x"].tolist() == [8.0]

@@ -83,8 +83,8 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mappi
 
     A key's type is the first of int32, int64, float64, date32 (``2024-01-31``) and
     timestamp[us] (``2024-01-31 10:00:00``, naive) that every one of its values parses as,
-    strictly (no leading zeros: ``zip=01234`` stays a string), else string, as Spark, DuckDB
-    and polars type them; ``__HIVE_DEFAULT_PARTITION__`` is null. ``partition_types`` gives
+    strictly (no leading zeros: ``zip=01234`` stays a string; integers past int64 are no
+    float64), else string, as Spark, DuckDB and polars type them; ``__HIVE_DEFAULT_PARTITION__`` is null. ``partition_types`` gives
     the type of some keys (name -> type, see :func:`key_types`) or of all (one type, such as
     ``"string"``) instead. A key that the files also store as a column (polars' and DuckDB's
     partitioned writes do) has the type of that column: ``stored`` holds each file's column
@@ -161,7 +161,10 @@ def _typed_key_values(name: str, values: list[str], wanted: tuple[Any, str] | No
     if wanted is not None:
         return _cast_key_values(name, strings, *wanted, paths)
     known = key_types()
+    integers = all(re.fullmatch(_NUMBER, v) for v in values)
     for type_name, shape in _INFERRED:
+        if type_name == "float64" and integers:  # integers past int64 stay exact strings (as pyarrow reads them)
+            continue
         if all(re.fullmatch(shape, v) for v in values):
             try:
                 return strings.cast(known[type_name])

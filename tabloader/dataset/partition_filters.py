@@ -113,9 +113,12 @@ def _typed(condition: Condition, types: dict[str, Any], where: str) -> Condition
 def _as_type(condition: Condition, value: Any, kind: Any) -> Any:
     import pyarrow as pa
 
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return value  # numbers compare as numbers: a bound past the key's int32 range is a bound still
     try:
         return pa.scalar(value).cast(kind).as_py()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, OverflowError) as exc:
         raise ValueError(f"filters: {(condition.key, condition.op, condition.value)!r}: {value!r} is not a value of "
                          f"the key {condition.key!r}, which is {kind} ({exc})") from None
 
