@@ -262,6 +262,8 @@ def finite_moments(values: Any) -> tuple[Any, Any, Any]:
         mean = shift + (finite_values - shift).mean()
         deviations = finite_values - mean
         return finite_values.size, mean, (deviations * deviations).sum()
+    if not values.size:  # known on the host: no argmax of nothing
+        return 0, 0.0, 0.0
     count = xp.count_nonzero(finite)
     shift = xp.where(count > 0, values[xp.argmax(finite)], 0.0)  # the first finite value, read on the device
     mean = shift + xp.where(finite, values - shift, 0.0).sum(dtype=np.float64) / xp.maximum(count, 1)

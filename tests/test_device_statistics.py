@@ -33,6 +33,15 @@ def test_finite_moments_and_extremes_are_those_of_the_finite_values(device, valu
         assert (mean, m2, low, high) == (0.0, 0.0, np.inf, -np.inf)
 
 
+@pytest.mark.parametrize("value", [0.1, -2.675, 1e10 + 0.1])
+def test_a_constant_column_has_exactly_its_value_as_mean_and_no_spread(device, value):
+    """A plain mean of 1000 x 0.1 rounds to 0.10000000000000002 (and M2 to ~1e-31, which
+    Normalize turned into +-1): the moments are those of the values less the first one."""
+    values = np.r_[np.nan, np.full(1000, value), np.inf]
+    count, mean, m2 = backend.host_floats(list(backend.finite_moments(backend.asarray(values, device))))
+    assert (count, mean, m2) == (1000, value, 0.0)
+
+
 def test_host_floats_keeps_order_and_values(device):
     xp = backend.array_lib(device)
     numbers = [xp.asarray(2.5), xp.int64(3), xp.asarray(np.inf)]
