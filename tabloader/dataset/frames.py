@@ -106,8 +106,8 @@ def _lists_as_arrow(frame: Any) -> Any:
     Example:
         >>> import pandas as pd
         >>> frame = _lists_as_arrow(pd.DataFrame({"l": [None, [1, 2]], "s": ["a", "b"]}))
-        >>> str(frame["l"].dtype), frame["s"].dtype == object
-        ('list<item: int64>[pyarrow]', True)
+        >>> str(frame["l"].dtype), frame["s"].tolist()
+        ('list<item: int64>[pyarrow]', ['a', 'b'])
     """
     from tabloader.encoding.lists import as_list_column
 
