@@ -148,7 +148,24 @@ def _compute_distributed(client: Any, tasks: Sequence[Any], desc: str, progress:
                     results[i] = result
                 future.release()
                 bar.update(1)
-    except BaseException:
-        client.cancel(list(pending.futures))  # tasks not started yet are dropped, not run for nothing
+    except Exception:
+        # Tasks not started yet are dropped, not run for nothing; those running are waited for, as
+        # the local scheduler's pool does: a worker cannot stop one, and a write task going on
+        # after the caller removed its temporary directory would create it again, left behind.
+        remaining = list(pending.futures)
+        running = {key for keys in client.processing().values() for key in keys}
+        client.cancel([f for f in remaining if f.key not in running])
+        _wait_quietly([f for f in remaining if f.key in running])
+        raise
+    except BaseException:  # an interrupt: stop at once
+        client.cancel(list(pending.futures))
         raise
     return results
+
+
+def _wait_quietly(futures: list) -> None:
+    """Wait until ``futures`` are finished, whatever their outcome (the caller raises its own error)."""
+    from distributed import wait
+
+    if futures:
+        wait(futures)

@@ -1036,3 +1036,30 @@ def test_cudf_sources(tmp_path, df):
     on_gpu = Dataset(str(tmp_path / "in"), device="cuda", part_size="4KB")
     assert on_gpu.npartitions > 2
     pd.testing.assert_frame_equal(on_gpu.compute().to_pandas(), df, check_dtype=False)
+
+
+def _fail_at_once() -> None:
+    raise ValueError("this task fails")
+
+
+def _write_after(path: str, seconds: float) -> str:
+    time.sleep(seconds)
+    with open(path, "w") as f:
+        f.write("still running when the other task failed")
+    return path
+
+
+def test_a_failed_distributed_compute_returns_after_the_tasks_already_running(tmp_path):
+    """A worker cannot stop a running task: raising at once let a write task go on into the
+    temporary directory the caller removes next (recreating it, left behind). The running tasks
+    are waited for, as the local scheduler's pool does; the error is the failed task's."""
+    distributed = pytest.importorskip("distributed")
+    from tabloader.scheduler import compute_tasks
+
+    marker = str(tmp_path / "marker")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        tasks = [dask.delayed(_write_after)(marker, 1.0), dask.delayed(_fail_at_once)()]
+        with pytest.raises(ValueError, match="this task fails"):
+            compute_tasks(tasks, "test", progress=False)
+        assert os.path.exists(marker)
