@@ -344,6 +344,27 @@ def test_fused_adam_equals_sparse_adam():
     assert coll.step == 4
 
 
+@pytest.mark.parametrize("cast", ["half", "bfloat16", "double"])
+def test_a_cast_model_keeps_the_fused_rows_fp32_and_trains_as_before(cast):
+    """``model.half()`` over a model holding the collection: the rows and Adam's moments stay
+    fp32 (the update adds fp32 gradients to them; ``dtype`` sets the outputs' precision) and
+    training goes on equal to SparseAdam."""
+    coll, embs = fused_and_embeddings(CFGS, "adam", sparse=True, lr=0.01)
+    getattr(coll, cast)()
+    assert coll.weight.dtype == coll.exp_avg.dtype == coll.exp_avg_sq.dtype == torch.float32
+    opt = torch.optim.SparseAdam(list(embs.parameters()), lr=0.01)
+    for step in range(2):
+        feats = batch(20 + step)
+        out = coll(feats)
+        up = upstream(out.shape, step)
+        (out * up).sum().backward()
+        (concat_lookup(embs, CFGS, feats) * up).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    for c in CFGS:
+        torch.testing.assert_close(coll.table_weight(c.name), embs[c.name].weight.detach(), rtol=1e-5, atol=1e-6)
+
+
 def test_fused_adam_equals_dense_adam_when_every_row_is_touched():
     cfg = [EmbeddingConfig("t", 10, D, padding_idx=None)]
     coll, embs = fused_and_embeddings(cfg, "adam", lr=0.01, eps=1e-8)

@@ -58,6 +58,7 @@ from tabloader.torch.reference import (  # noqa: F401 -- importable from here, a
     reference_update,
 )
 from tabloader.torch.table_batched import (  # noqa: F401 -- importable from here, as before
+    ALL_STATE_NAMES,
     MAX_DIM,
     STATE_NAMES,
     TableBatchedCollection,
@@ -136,6 +137,8 @@ class FusedEmbeddingCollection(TableBatchedCollection):
         >>> torch.allclose(coll.table_weight("C1")[2], before - 0.1 * 2), coll.weight.grad is None
         (True, True)
     """
+
+    _fp32_rows = ("weight", *ALL_STATE_NAMES)
 
     def __init__(self, configs: Sequence[EmbeddingConfig], optimizer: str = "adagrad", lr: float = 0.01,
                  eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999),

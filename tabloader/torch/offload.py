@@ -82,7 +82,7 @@ from tabloader.torch.config import EmbeddingConfig, init_embedding_
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
 from tabloader.torch.reference import ColdRows, LookupPlan
-from tabloader.torch.table_batched import STATE_NAMES, TableBatchedCollection
+from tabloader.torch.table_batched import ALL_STATE_NAMES, STATE_NAMES, TableBatchedCollection
 
 __all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row", "COLD_ACCESS"]
 
@@ -163,6 +163,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         >>> out.shape, coll.table_weight("C1").shape
         (torch.Size([3, 4]), torch.Size([100, 4]))
     """
+
+    _fp32_rows = ("hot_weight", *("hot_" + name for name in ALL_STATE_NAMES))
 
     # defaults of a collection pickled before these attributes existed
     cold_access = "staged"
@@ -368,17 +370,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         hot rows and their state stay fp32 (the kernels and the host store keep fp32 rows: set
         ``dtype`` for the outputs' precision); direct access checks the new device and locks the
         store for it."""
-        rows = ["hot_" + name for name in STATE_NAMES[self.optimizer]]
-        before = {"hot_weight": self.hot_weight.data, **{name: self._buffers[name] for name in rows}}
-        super()._apply(fn, recurse)
-        for name, kept in before.items():  # moved, but from the fp32 values (a round trip would round them)
-            moved = self.hot_weight.data if name == "hot_weight" else self._buffers[name]
-            if moved.dtype != torch.float32:
-                moved = kept.to(device=moved.device)
-                if name == "hot_weight":
-                    self.hot_weight.data = moved
-                else:
-                    self._buffers[name] = moved
+        super()._apply(fn, recurse)  # the hot rows and their state kept fp32 (_fp32_rows)
         self._check_direct_access()
         self._lock_cold_store()
         return self

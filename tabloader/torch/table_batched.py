@@ -49,6 +49,7 @@ MAX_TOTAL_ROWS = 2 ** 62  # flat row ids (table offset + id) stay far from int64
 OUTPUTS = ("concat", "stack", "dict")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # of the lookups and their gradient
 STATE_NAMES = {"sgd": (), "adagrad": ("state_sum",), "adam": ("exp_avg", "exp_avg_sq")}
+ALL_STATE_NAMES = tuple(dict.fromkeys(name for names in STATE_NAMES.values() for name in names))
 
 
 class TableBatchedCollection(nn.Module):
@@ -79,17 +80,34 @@ class TableBatchedCollection(nn.Module):
             self.register_buffer("_device_step", torch.tensor([float(self._step)], dtype=torch.float64,
                                                               device=device), persistent=False)
 
+    #: The parameter and buffers holding rows and their optimizer state, kept fp32 (subclasses).
+    _fp32_rows: tuple[str, ...] = ()
+
     def _apply(self, fn: Any, recurse: bool = True) -> "TableBatchedCollection":
-        """``module.to(...)``, ``.half()`` ... move the capturable step and learning rate with the
-        module but keep them float64: in bf16 the step count would stop at 256 (Adam's bias
-        correction frozen there) and the learning rate be rounded."""
-        kept = {name: self._buffers[name] for name in ("_device_lr", "_device_step") if name in self._buffers}
+        """``module.to(...)``, ``.half()`` ... move the rows, their optimizer state, the capturable
+        step and learning rate with the module but keep their dtypes: the rows and states fp32
+        (the update adds fp32 gradients to them and the kernels read fp32 rows: ``dtype`` sets
+        the outputs' precision), the step and learning rate float64 (in bf16 the step count would
+        stop at 256, Adam's bias correction frozen there, and the learning rate be rounded). Each
+        is moved from its own values (a round trip through fp16 would round them)."""
+        names = [n for n in self._fp32_rows if n in self._parameters or n in self._buffers]
+        names += [n for n in ("_device_lr", "_device_step") if n in self._buffers]
+        before = {name: self._tensor(name).data for name in names}
         super()._apply(fn, recurse)
-        for name, before in kept.items():
-            moved = self._buffers[name]
-            if moved.dtype != torch.float64:
-                self._buffers[name] = before.to(device=moved.device)
+        for name, kept in before.items():
+            moved = self._tensor(name)
+            if moved.dtype != kept.dtype:
+                self._set_tensor(name, kept.to(device=moved.device))
         return self
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        return self._parameters[name] if name in self._parameters else self._buffers[name]
+
+    def _set_tensor(self, name: str, value: torch.Tensor) -> None:
+        if name in self._parameters:
+            self._parameters[name].data = value
+        else:
+            self._buffers[name] = value
 
     def _set_options(self, optimizer: str, lr: float, eps: float, betas: tuple[float, float], output: str,
                      dtype: torch.dtype | None, validate_indices: bool, backend: str, chunk_size: int) -> None:
