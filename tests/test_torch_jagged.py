@@ -297,3 +297,20 @@ def test_weights_count_whatever_other_keys_the_batch_holds(keys):
     assert chosen.keys == ["a", "b"] and chosen.values.tolist() == [1, 2, 3, 4]
     assert chosen.offsets.tolist() == [0, 2, 3, 4, 4]
     torch.testing.assert_close(chosen.weights, torch.tensor([0.2, 0.3, 0.5, 2.0]))
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_an_empty_keyed_batch_in_the_collection_s_own_order_gives_no_rows(validate):
+    """Stride 0, keys in the features' order: the single-hot check (a min/max per feature) has
+    nothing to look at; the batch gives a (0, F*D) output and an update of nothing."""
+    from tabloader.torch.jagged import keyed_jagged
+    from tabloader.torch.layers import EmbeddingConfig
+
+    coll = tlt.FusedEmbeddingCollection([EmbeddingConfig("a", 10, 4), EmbeddingConfig("b", 7, 4)], optimizer="sgd",
+                                        validate_indices=validate)
+    before = coll.weight.detach().clone()
+    empty = {"a": torch.tensor([], dtype=torch.int64), "b": torch.tensor([], dtype=torch.int64)}
+    out = coll(keyed_jagged(empty, ["a", "b"], as_torchrec=False))
+    assert out.shape == (0, 8)
+    out.sum().backward()
+    assert torch.equal(coll.weight, before)

@@ -630,3 +630,13 @@ def test_cuda_direct_access_needs_the_kernels_and_pins_a_deep_copy():
         coll(_batch(1, device="cuda")).sum().backward()
     assert twin.cold_weight.is_pinned() and twin.cold_state1.is_pinned() and twin.cold_state2.is_pinned()
     _assert_same(fused, twin, "adam", "deep copy on cuda", atol=1e-5)
+
+
+def test_a_fraction_of_hot_rows_is_rounded_up_from_its_written_value():
+    """0.07 of 100 rows is 7 (0.07 * 100 is 7.000000000000001 in binary floats, whose ceiling is
+    8); 0.071 of 100 rounds up to 8."""
+    from tabloader.torch.hot_rows import resolve_hot_rows
+
+    for fraction, rows, expected in ((0.07, 100, 7), (0.14, 100, 14), (0.28, 100, 28), (0.29, 1000, 290),
+                                     (0.071, 100, 8), (1.0, 37, 37), (0.0, 37, 0), (1e-9, 37, 1)):
+        assert resolve_hot_rows(fraction, None, ["t"], [rows], 4, "sgd") == [expected], fraction

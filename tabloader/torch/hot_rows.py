@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 __all__ = ["bytes_per_row", "hot_rows_for_budget", "resolve_hot_rows"]
@@ -70,7 +71,9 @@ def resolve_hot_rows(hot_rows: Any, budget: int | None, names: Sequence[str], si
     if isinstance(hot_rows, float):
         if not 0.0 <= hot_rows <= 1.0:
             raise ValueError(f"hot_rows as a fraction must be in [0, 1], got {hot_rows}")
-        return [min(n, int(math.ceil(hot_rows * n))) for n in sizes]
+        # the fraction as written (0.07 is 7/100): its binary value times 100 is 7.000000000000001
+        exact = Fraction(repr(hot_rows))
+        return [min(n, math.ceil(exact * n)) for n in sizes]
     if isinstance(hot_rows, int):
         values = [hot_rows] * len(sizes)
     elif isinstance(hot_rows, Mapping):

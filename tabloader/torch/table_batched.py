@@ -322,7 +322,9 @@ class TableBatchedCollection(nn.Module):
         # captured cannot; a capturable collection that does not validate (so reads nothing back)
         # always takes the pooled plan below, right for lists of length 1 too -- eagerly as well, so
         # that the kernels a capture launches were compiled and loaded by the warm-up steps before it
-        if weights is None and n == n_feat * batch_size and not (self.capturable and not self.validate_indices):
+        # (an empty batch takes the pooled plan: nothing to tell single-hot by)
+        single_hot_shape = batch_size and n == n_feat * batch_size
+        if weights is None and single_hot_shape and not (self.capturable and not self.validate_indices):
             plan = self._jagged_single_hot_plan(values, offsets, batch_size)
             if plan is not None:
                 return plan
