@@ -27,9 +27,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from tabloader import saved_workflow_v1
 from tabloader.atomic_files import atomic_directory, write_text_atomic
@@ -118,8 +119,10 @@ def read(path: str, trusted: Iterable[Any] = (), placeholders: bool = False) -> 
     with fs.open(confined(fs, root, WORKFLOW_FILE), "r") as f:
         try:
             doc = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{doc_path} is not valid JSON ({exc}); the workflow directory is damaged") from exc
+        except (ValueError, RecursionError) as exc:  # bad JSON or text, an integer of 4300+ digits, deep nesting
+            raise ValueError(f"{doc_path} is not valid JSON ({type(exc).__name__}: {exc}); the workflow directory "
+                             "is damaged") from exc
+    _check_depth(doc, doc_path)
     _check_document(doc, doc_path)
     version, records = doc["format_version"], doc["nodes"]
     functions = TrustedFunctions(trusted)
@@ -133,9 +136,11 @@ def read(path: str, trusted: Iterable[Any] = (), placeholders: bool = False) -> 
             cls, config, where = op_parts
             op = _build_op(cls, config, where)
             state = load_state(record["op"]["state"], fs, root, where)
-            op.set_state(saved_workflow_v1.upgrade_state(cls, state, where) if version == 1 else state)
+            with _damaged(where, "its saved state does not fit the operator"):
+                op.set_state(saved_workflow_v1.upgrade_state(cls, state, where) if version == 1 else state)
         parents = [nodes[p] for p in record["parents"]]
-        nodes.append(NODE_KINDS[record["kind"]].from_record(record, parents, op))
+        with _damaged(f"{doc_path}: node {len(nodes)}", f"its {record['kind']!r} record cannot be built"):
+            nodes.append(NODE_KINDS[record["kind"]].from_record(record, parents, op))
     input_schema = _schema(doc, "input_schema", doc_path)
     output_schema = _schema(doc, "output_schema", doc_path)
     output = nodes[doc["output"]]
@@ -210,6 +215,34 @@ def _node_columns(record: dict[str, Any]) -> NodeColumns:
     columns = record.get("input")
     return NodeColumns(list(record["output"]), None if columns is None else
                        [tuple(c) if isinstance(c, list) else c for c in columns], list(record["dependency"]))
+
+
+#: How deep a saved workflow's JSON may nest (its records need about 8 levels, state entries 32 x 2 more;
+#: deeper documents would exhaust the recursion of the checks after it).
+MAX_DOCUMENT_DEPTH = 200
+
+
+def _check_depth(doc: Any, where: str) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DOCUMENT_DEPTH` (walked without recursion:
+    the checks after it recurse into parameters)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DOCUMENT_DEPTH:
+            raise ValueError(f"{where} nests deeper than {MAX_DOCUMENT_DEPTH} levels; the workflow directory is damaged")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+
+
+@contextlib.contextmanager
+def _damaged(where: str, what: str) -> Iterator[None]:
+    """Errors of an operator or node built from a damaged (or crafted) record as a ValueError
+    naming the file, the node and the operator, instead of the bare KeyError or AttributeError
+    of the code that trusted the record's shape."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ValueError(f"{where}: {what} ({type(exc).__name__}: {exc}); the workflow directory is damaged") from exc
 
 
 def _op_parts(record: dict, where: str, functions: TrustedFunctions,

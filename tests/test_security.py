@@ -643,3 +643,33 @@ def test_a_struct_nested_without_end_in_an_nvtabular_schema_is_a_value_error(tmp
         "extraMetadata": [{"@type": _STRUCT_URL, "value": base64.b64encode(struct).decode()}]}}]}))
     with pytest.raises(ValueError, match="schema.json.*nested deeper"):
         tl.Dataset(str(tmp_path))
+
+
+# --- damaged records: a clear error naming the file, the node and the operator ----------------------
+@pytest.mark.parametrize("change, message", [
+    (lambda doc: op_record(doc, "Normalize")["state"].pop("stds"), r"node \d+ \(Normalize\): its saved state .*'stds'"),
+    (lambda doc: op_record(doc, "Normalize")["state"].update(means={"__json__": [1.0]}),
+     r"node \d+ \(Normalize\): its saved state does not fit the operator \(AttributeError"),
+    (lambda doc: op_record(doc, "Categorify")["state"].update(cardinalities={"__json__": 5}),
+     r"node \d+ \(Categorify\): its saved state does not fit"),
+], ids=["missing-key", "list-for-dict", "int-for-dict"])
+def test_a_damaged_operator_state_is_refused_naming_the_file_node_and_operator(tmp_path, change, message):
+    path = edit(basic(tmp_path), change)
+    with pytest.raises(ValueError, match="workflow.json: " + message) as caught:
+        Workflow.load(str(path))
+    assert "the workflow directory is damaged" in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["nested-document", "nested-parameter", "huge-integer"])
+def test_documents_too_deep_or_with_huge_numbers_are_refused_naming_the_file(tmp_path, kind):
+    path = basic(tmp_path)
+    text = (path / "workflow.json").read_text()
+    if kind == "nested-document":
+        text = text.rstrip()[:-1] + ', "junk": ' + "[" * 3000 + "]" * 3000 + "}"
+    elif kind == "nested-parameter":
+        text = text.replace('"out_dtype": "float32"', '"out_dtype": ' + "[" * 900 + "]" * 900)
+    else:
+        text = text.replace('"output": ', '"output": ' + "9" * 5000 + ', "x": ', 1)
+    (path / "workflow.json").write_text(text)
+    with pytest.raises(ValueError, match=r"workflow.json (is not valid JSON|nests deeper than)"):
+        Workflow.load(str(path))
