@@ -226,7 +226,7 @@ def trusted_modules(names: Sequence[str]) -> list[Any]:
     for name in names:
         try:
             modules.append(importlib.import_module(name))
-        except ImportError as exc:
+        except (ImportError, TypeError) as exc:  # TypeError: a relative name (".mod")
             raise CommandError(f"--trust {name}: cannot import it ({exc}); give an importable module name "
                                "(a dotted name on PYTHONPATH, not a file path)") from None
     return modules

@@ -535,6 +535,8 @@ def test_cli_trust_imports_only_the_named_module_and_runs_its_functions(tmp_path
     assert pd.read_parquet(tmp_path / "out")["n"].tolist() == expected.tolist()
     assert cli.main(["inspect", str(tmp_path / "wf"), "--trust", "no_such_module_xyz"]) == 2
     assert "--trust no_such_module_xyz: cannot import it" in capsys.readouterr().err
+    assert cli.main(["inspect", str(tmp_path / "wf"), "--trust", ".relative"]) == 2  # no package to be relative to
+    assert "--trust .relative: cannot import it" in capsys.readouterr().err
 
 
 def test_pick_node_record_must_name_columns(tmp_path):

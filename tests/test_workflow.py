@@ -429,6 +429,26 @@ def test_save_load_gives_identical_transform(tmp_path, frame):
     assert list(center.means_.index) == ["a", "b"]
 
 
+def test_numpy_dtypes_given_to_operators_save_by_name(tmp_path):
+    """dtype=np.int32 works in fit and transform; it is saved as "int32" and loads the same."""
+    from tabloader import ops
+
+    frame = pd.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 4.0], "y": [1, 0, 1]})
+    graph = ((["c"] >> ops.Categorify(dtype=np.int32)) + (["c"] >> ops.HashBucket(10, dtype=np.int32)
+                                                           >> ops.Rename(postfix="_h"))
+             + ([("c", "y")] >> ops.HashedCross(8, dtype=np.int16))
+             + (["x"] >> ops.Normalize(out_dtype=np.float64)) + (["x"] >> ops.NormalizeMinMax(out_dtype=np.float64)
+                                                                 >> ops.Rename(postfix="_mm"))
+             + (["c"] >> ops.TargetEncoding("y", kfold=1, out_dtype=np.float64)))
+    wf = Workflow(graph, progress=False).fit(frame)
+    expected = wf.transform(frame)
+    assert expected["c"].dtype == np.int32 and expected["x"].dtype == np.float64
+    wf.save(str(tmp_path / "wf"))
+    pd.testing.assert_frame_equal(Workflow.load(str(tmp_path / "wf")).transform(frame), expected)
+    with pytest.raises(ValueError, match="TargetEncoding: out_dtype must be a float dtype"):
+        ops.TargetEncoding("y", out_dtype=np.int32)
+
+
 def test_save_refuses_anonymous_lambda_and_local_function(tmp_path, frame):
     wf = Workflow(["a"] >> T.Apply(lambda x: x * 3), progress=False).fit(frame)
     with pytest.raises(ValueError, match="lambda"):

@@ -129,7 +129,7 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
         if encode_type not in ENCODE_TYPES:
             raise ValueError(f"Categorify: encode_type must be one of {ENCODE_TYPES}, got {encode_type!r}")
         check_num_buckets(self, num_buckets, 1)
-        integer_dtype(self, dtype)
+        self.dtype = str(integer_dtype(self, dtype))  # np.int32 given: saved by its name
 
     # --- plan: which vocabulary each selected column uses ----------------------------------
     def _plan(self, columns: Columns) -> list[tuple[str, str, tuple[str, ...], list[str]]]:

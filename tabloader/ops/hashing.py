@@ -80,6 +80,7 @@ class HashBucket(Operator):
         self.num_buckets = num_buckets
         self.dtype = dtype
         _check_buckets(self, num_buckets, dtype)
+        self.dtype = str(np.dtype(dtype))  # np.int32 given: saved by its name
 
     def _buckets(self, name: str) -> int:
         nb = param_for(self.num_buckets, name, None)
@@ -142,6 +143,7 @@ class HashedCross(Operator):
         self.num_buckets = num_buckets
         self.dtype = dtype
         _check_buckets(self, num_buckets, dtype)
+        self.dtype = str(np.dtype(dtype))  # np.int32 given: saved by its name
 
     @staticmethod
     def _groups(columns: Columns) -> list[tuple[str, ...]]:

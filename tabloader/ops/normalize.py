@@ -84,7 +84,7 @@ class Normalize(StatOperator):
 
     def __init__(self, out_dtype: str = "float32") -> None:
         self.out_dtype = out_dtype
-        _check_out_dtype(self)
+        self.out_dtype = str(_check_out_dtype(self))  # np.float64 given: saved by its name
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[int, float, float]]:
         cols = flatten_columns(columns)
@@ -169,7 +169,7 @@ class NormalizeMinMax(StatOperator):
 
     def __init__(self, out_dtype: str = "float32") -> None:
         self.out_dtype = out_dtype
-        _check_out_dtype(self)
+        self.out_dtype = str(_check_out_dtype(self))  # np.float64 given: saved by its name
 
     def fit_partial(self, columns: Columns, frame: Any) -> dict[str, tuple[float, float]]:
         cols = flatten_columns(columns)

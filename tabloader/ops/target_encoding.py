@@ -107,8 +107,10 @@ class TargetEncoding(CachedLookups, StatOperator):
         self.kfold = kfold
         self.p_smooth = p_smooth
         self.fold_seed = fold_seed
-        self.out_dtype = out_dtype
+        self.out_dtype = str(np.dtype(out_dtype))  # np.float64 given: saved by its name
         self.out_of_fold = out_of_fold
+        if np.dtype(out_dtype).kind != "f":
+            raise ValueError(f"TargetEncoding: out_dtype must be a float dtype, got {out_dtype!r}")
         if isinstance(kfold, bool) or not isinstance(kfold, (int, np.integer)) or kfold < 1:
             raise ValueError(f"TargetEncoding: kfold must be an integer >= 1, got {kfold!r}")
         if p_smooth < 0:
