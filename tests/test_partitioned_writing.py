@@ -96,6 +96,20 @@ def test_keys_folders_cannot_keep_exactly_are_refused(tmp_path, column, values, 
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_timestamp_keys_with_nanoseconds_are_refused_rather_than_merged(tmp_path):
+    """Two keys a nanosecond apart would both be written (and read back) as 10:00:00: refused,
+    naming the column and the value; whole microseconds are written as before."""
+    keys = pd.to_datetime(["2024-01-01 10:00:00.000000001", "2024-01-01 10:00:00.000000002"])
+    frame = pd.DataFrame({"k": keys, "x": [1, 2]})
+    with pytest.raises(ValueError, match=r"column 'k': the timestamp 2024-01-01 10:00:00.000000001 has nanoseconds"):
+        tl.Dataset(frame).to_parquet(str(tmp_path / "out"), partition_on=["k"], progress=False)
+    assert not os.path.exists(tmp_path / "out")
+    frame["k"] = keys.floor("us") + pd.to_timedelta([0, 5], unit="us")
+    tl.Dataset(frame).to_parquet(str(tmp_path / "us"), partition_on=["k"], progress=False)
+    back = tl.Dataset(str(tmp_path / "us")).compute().sort_values("x")
+    assert back["k"].tolist() == frame["k"].tolist()
+
+
 def test_unknown_keys_and_keys_that_leave_no_column_are_refused(tmp_path):
     frame = pd.DataFrame({"k": [1, 2], "x": [1.0, 2.0]})
     with pytest.raises(ValueError, match=r"partition_on=\['day'\]: \['day'\] not among the columns"):

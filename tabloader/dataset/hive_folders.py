@@ -62,6 +62,9 @@ def folder_value(value: Any) -> str:
         return HIVE_NULL
     if isinstance(value, (datetime.datetime, np.datetime64)):
         moment = pd.Timestamp(value)
+        if moment.nanosecond:  # read back as timestamp[us]: two such keys would become one
+            raise ValueError(f"the timestamp {moment} has nanoseconds, which key=value folders do not keep (they "
+                             "are read back in microseconds): floor the column to microseconds first")
         fraction = f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else ""  # as Spark: 10:00:00.5
         text = moment.strftime("%Y-%m-%d %H:%M:%S") + fraction
     elif isinstance(value, datetime.date):
@@ -79,4 +82,10 @@ def split_by_keys(frame: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[st
     rest = [c for c in frame.columns if c not in keys]
     for values, rows in frame.groupby(list(keys), dropna=False, sort=True, observed=True):
         values = values if isinstance(values, tuple) else (values,)
-        yield "/".join(f"{k}={folder_value(v)}" for k, v in zip(keys, values)), rows[rest]
+        folders = []
+        for key, value in zip(keys, values):
+            try:
+                folders.append(f"{key}={folder_value(value)}")
+            except ValueError as exc:
+                raise ValueError(f"partition_on: column {key!r}: {exc}") from None
+        yield "/".join(folders), rows[rest]
