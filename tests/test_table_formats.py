@@ -179,3 +179,31 @@ def test_a_data_file_symlinked_outside_the_table_is_refused(tmp_path):
         os.symlink(secret, data_file)
     with pytest.raises(DeltaTableError, match="outside the table's folder"):
         tl.Dataset(root).compute()
+
+
+def test_a_delta_tables_boolean_short_and_float_partition_columns_are_typed_as_declared(tmp_path):
+    """A log written as Spark writes one (by hand here: deltalake is not needed): boolean keys are
+    booleans, not the strings "true" and "false"; short and float keys hold their values in int32
+    and float64."""
+    root = tmp_path / "table"
+    fields = [("id", "long"), ("flag", "boolean"), ("s", "short"), ("f", "float")]
+    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
+    adds = []
+    for i, (flag, s, f) in enumerate([("true", "1", "0.5"), ("false", "-3", "2.25")]):
+        folder = f"flag={flag}/s={s}/f={f}"
+        os.makedirs(root / folder)
+        pq.write_table(pa.table({"id": pa.array([i], pa.int64())}), root / folder / "p.parquet")
+        adds.append({"add": {"path": f"{folder}/p.parquet", "partitionValues": {"flag": flag, "s": s, "f": f},
+                             "size": 1, "modificationTime": 0, "dataChange": True}})
+    actions = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+               {"metaData": {"id": "x", "format": {"provider": "parquet", "options": {}},
+                             "schemaString": json.dumps(schema), "partitionColumns": ["flag", "s", "f"],
+                             "configuration": {}, "createdTime": 0}}] + adds
+    os.makedirs(root / "_delta_log")
+    (root / "_delta_log" / ("0" * 20 + ".json")).write_text("".join(json.dumps(a) + "\n" for a in actions))
+    ds = tl.Dataset(str(root))
+    assert [(c.name, c.dtype) for c in ds.schema] == [("id", "int64"), ("flag", "bool"), ("s", "int32"),
+                                                      ("f", "float64")]
+    rows = ds.compute().sort_values("id")
+    assert rows["flag"].tolist() == [True, False] and rows["s"].tolist() == [1, -3] and rows["f"].tolist() == [0.5, 2.25]
+    assert tl.Dataset(str(root), filters=[("flag", "==", True)]).compute()["id"].tolist() == [0]

@@ -41,8 +41,9 @@ _CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parque
 # Reader features whose tables read right as plain parquet once the checks below passed.
 _PLAIN_FEATURES = {"timestampNtz", "vacuumProtocolCheck", "columnMapping", "deletionVectors"}
 # Delta's primitive types of partition columns -> the partition key types tabloader has.
-_KEY_TYPES = {"string": "string", "integer": "int32", "long": "int64", "double": "float64", "date": "date32",
-              "timestamp_ntz": "timestamp[us]"}
+_KEY_TYPES = {"string": "string", "boolean": "bool", "byte": "int32", "short": "int32", "integer": "int32",
+              "long": "int64", "float": "float64", "double": "float64", "date": "date32",
+              "timestamp_ntz": "timestamp[us]"}  # byte, short and float in a wider type that holds them exactly
 
 
 class DeltaTableError(ValueError):

@@ -67,11 +67,11 @@ def key_types() -> dict[str, Any]:
 
     Example:
         >>> sorted(key_types())
-        ['date32', 'date32[day]', 'datetime64[us]', 'double', 'float64', 'int32', 'int64', 'string', 'timestamp[us]']
+        ['bool', 'date32', 'date32[day]', 'datetime64[us]', 'double', 'float64', 'int32', 'int64', 'string', 'timestamp[us]']
     """
     import pyarrow as pa
 
-    types = [pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.date32(), pa.timestamp("us")]
+    types = [pa.string(), pa.bool_(), pa.int32(), pa.int64(), pa.float64(), pa.date32(), pa.timestamp("us")]
     return {"date32": pa.date32(), "float64": pa.float64(), "datetime64[us]": pa.timestamp("us"),
             **{str(t): t for t in types}}
 
