@@ -188,7 +188,7 @@ def check_agreement(outputs: dict[str, str]) -> str:
     return f"outputs agree on {', '.join(LISTS)} ({len(names)} systems)"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=8)
@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--systems", default=",".join(RUNNERS))
     parser.add_argument("--data", default=None, help=f"data directory (default: {DEFAULT_DATA}-ROWS-FILES)")
     parser.add_argument("--work", default="/tmp/tabloader-bench/multihot-out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
     data = write_data(args.data or f"{DEFAULT_DATA}-{args.rows}-{args.files}", args.rows, args.files)
     outputs = {s: os.path.join(args.work, s) for s in systems}
