@@ -229,7 +229,8 @@ def _check_depth(doc: Any, where: str) -> None:
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DOCUMENT_DEPTH:
-            raise ValueError(f"{where} nests deeper than {MAX_DOCUMENT_DEPTH} levels; the workflow directory is damaged")
+            raise ValueError(f"{where} nests deeper than {MAX_DOCUMENT_DEPTH} levels; the workflow directory is "
+                             "damaged")
         children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         stack.extend((child, depth + 1) for child in children)
 

@@ -1057,8 +1057,8 @@ def test_a_failed_distributed_compute_returns_after_the_tasks_already_running(tm
     from tabloader.scheduler import compute_tasks
 
     marker = str(tmp_path / "marker")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            distributed.Client(cluster):
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
         tasks = [dask.delayed(_write_after)(marker, 1.0), dask.delayed(_fail_at_once)()]
         with pytest.raises(ValueError, match="this task fails"):
             compute_tasks(tasks, "test", progress=False)

@@ -66,8 +66,9 @@ def key_types() -> dict[str, Any]:
     pyarrow's names, and the names :class:`~tabloader.schema.Schema` shows.
 
     Example:
-        >>> sorted(key_types())
-        ['bool', 'date32', 'date32[day]', 'datetime64[us]', 'double', 'float64', 'int32', 'int64', 'string', 'timestamp[us]']
+        >>> sorted(key_types())  # doctest: +NORMALIZE_WHITESPACE
+        ['bool', 'date32', 'date32[day]', 'datetime64[us]', 'double', 'float64', 'int32', 'int64', 'string',
+         'timestamp[us]']
     """
     import pyarrow as pa
 
@@ -84,7 +85,8 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mappi
     A key's type is the first of int32, int64, float64, date32 (``2024-01-31``) and
     timestamp[us] (``2024-01-31 10:00:00``, naive) that every one of its values parses as,
     strictly (no leading zeros: ``zip=01234`` stays a string; integers past int64 are no
-    float64), else string, as Spark, DuckDB and polars type them; ``__HIVE_DEFAULT_PARTITION__`` is null. ``partition_types`` gives
+    float64), else string, as Spark, DuckDB and polars type them;
+    ``__HIVE_DEFAULT_PARTITION__`` is null. ``partition_types`` gives
     the type of some keys (name -> type, see :func:`key_types`) or of all (one type, such as
     ``"string"``) instead. A key that the files also store as a column (polars' and DuckDB's
     partitioned writes do) has the type of that column: ``stored`` holds each file's column
