@@ -49,12 +49,16 @@ DEFAULT_DATA = "/tmp/tabloader-bench/multihot"
 # --- data --------------------------------------------------------------------------------------
 def string_lists(rng: np.random.Generator, names: list[str], lengths: np.ndarray, picks: np.ndarray):
     """A pyarrow list<string> array: row i holds ``lengths[i]`` of ``names`` (``picks`` in order),
-    with 2% null lists and 1% null elements."""
+    with 2% null lists (spanning no element: older pyarrow cannot write others) and 1% null
+    elements."""
     import pyarrow as pa
 
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = pa.array(names).take(pa.array(picks, mask=rng.random(len(picks)) < 0.01))
-    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(rng.random(len(lengths)) < 0.02))
+    null_lists = rng.random(len(lengths)) < 0.02
+    spans = np.where(null_lists, 0, lengths)
+    offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int32)
+    kept = np.repeat(~null_lists, lengths)  # the picks of the rows that stay lists
+    values = pa.array(names).take(pa.array(picks[kept], mask=rng.random(int(kept.sum())) < 0.01))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(null_lists))
 
 
 def write_data(path: str, rows: int, files: int, seed: int = 0) -> str:
@@ -62,7 +66,7 @@ def write_data(path: str, rows: int, files: int, seed: int = 0) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    spec = {"rows": rows, "files": files, "seed": seed, "kind": "multihot"}
+    spec = {"rows": rows, "files": files, "seed": seed, "kind": "multihot", "version": 2}
     if written_before(path, spec):
         return path
     print(f"writing {rows:,} rows of multi-hot strings in {files} files to {path} (once) ...", flush=True)
