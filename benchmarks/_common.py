@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -27,6 +28,18 @@ def written_before(path: str, spec: dict[str, Any]) -> bool:
         return False
     with open(marker) as f:
         return json.load(f) == spec
+
+
+def must_write(path: str, spec: dict[str, Any], what: str) -> bool:
+    """False when ``path`` holds data written with ``spec`` (see :func:`written_before`); else
+    says it writes ``what`` there, empties ``path`` and returns True (the caller writes, then
+    :func:`mark_written`)."""
+    if written_before(path, spec):
+        return False
+    print(f"writing {what} to {path} (once) ...", flush=True)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return True
 
 
 def mark_written(path: str, spec: dict[str, Any]) -> None:

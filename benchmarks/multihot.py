@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import mark_written, print_table, written_before  # noqa: E402
+from _common import mark_written, must_write, print_table  # noqa: E402
 
 LISTS = ["tags", "genres"]
 TAG_VALUES, GENRE_VALUES = 200_000, 20
@@ -67,11 +67,8 @@ def write_data(path: str, rows: int, files: int, seed: int = 0) -> str:
     import pyarrow.parquet as pq
 
     spec = {"rows": rows, "files": files, "seed": seed, "kind": "multihot", "version": 2}
-    if written_before(path, spec):
+    if not must_write(path, spec, f"{rows:,} rows of multi-hot strings in {files} files"):
         return path
-    print(f"writing {rows:,} rows of multi-hot strings in {files} files to {path} (once) ...", flush=True)
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
     rng = np.random.default_rng(seed)
     tags = [f"tag-{i:06d}" for i in range(TAG_VALUES)]
     genres = [f"genre-{i:02d}" for i in range(GENRE_VALUES)]

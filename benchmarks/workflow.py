@@ -75,7 +75,8 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.dirname(_HERE)]  # _common, and tabloader from this checkout
 
-from _common import DEFAULT_RAW_CRITEO, mark_written, peak_rss_mb, print_table, raw_criteo, written_before  # noqa: E402
+from _common import (DEFAULT_RAW_CRITEO, mark_written, must_write, peak_rss_mb, print_table, raw_criteo,  # noqa: E402
+                     written_before)
 
 LABEL = "label"
 NULL_ID, OOV_ID = 1, 2  # the first vocabulary id is 3 (one OOV bucket)
@@ -394,11 +395,8 @@ def vocabulary_data(path: str, rows: int, vocabulary: int, files: int = 10, seed
     import pyarrow.parquet as pq
 
     spec = {"rows": rows, "vocabulary": vocabulary, "files": files, "seed": seed, "kind": "vocabulary"}
-    if written_before(path, spec):
+    if not must_write(path, spec, f"{rows:,} rows with {vocabulary:,} distinct values"):
         return path
-    print(f"writing {rows:,} rows with {vocabulary:,} distinct values to {path} (once) ...", flush=True)
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
     rng = np.random.default_rng(seed)
     ranks = rng.permutation(np.arange(rows, dtype=np.int64) % vocabulary)  # every value rows // vocabulary times
     values = (ranks * 2654435761 + 12345) % 2**31  # a bijection on [0, 2**31): ids are not sorted by rank

@@ -324,12 +324,12 @@ def test_fused_sgd_equals_nn_embedding_and_sgd(hot):
     assert torch.count_nonzero(coll.table_weight("C1")[0]) == 0
 
 
-def test_fused_adam_equals_sparse_adam():
-    """Lazy Adam == nn.Embedding(sparse=True) + SparseAdam (global step, touched rows only)."""
-    coll, embs = fused_and_embeddings(CFGS, "adam", sparse=True, lr=0.01)
+def train_beside_sparse_adam(coll, embs, steps: int, first_batch: int) -> "torch.optim.SparseAdam":
+    """``steps`` steps of the fused collection and of ``embs`` + SparseAdam on the same batches;
+    the tables are then equal. Returns the SparseAdam optimizer."""
     opt = torch.optim.SparseAdam(list(embs.parameters()), lr=0.01)
-    for step in range(4):
-        feats = batch(10 + step, hot=50 * step)
+    for step in range(steps):
+        feats = batch(first_batch + step, hot=50 * step)
         out = coll(feats)
         up = upstream(out.shape, step)
         (out * up).sum().backward()
@@ -338,6 +338,13 @@ def test_fused_adam_equals_sparse_adam():
         opt.zero_grad()
     for c in CFGS:
         torch.testing.assert_close(coll.table_weight(c.name), embs[c.name].weight.detach(), rtol=1e-5, atol=1e-6)
+    return opt
+
+
+def test_fused_adam_equals_sparse_adam():
+    """Lazy Adam == nn.Embedding(sparse=True) + SparseAdam (global step, touched rows only)."""
+    coll, embs = fused_and_embeddings(CFGS, "adam", sparse=True, lr=0.01)
+    opt = train_beside_sparse_adam(coll, embs, steps=4, first_batch=10)
     start = coll.table_offsets["C3"]
     torch.testing.assert_close(coll.exp_avg_sq[start:start + 300],
                                opt.state[embs["C3"].weight]["exp_avg_sq"].to_dense(), rtol=1e-5, atol=1e-9)
@@ -352,17 +359,7 @@ def test_a_cast_model_keeps_the_fused_rows_fp32_and_trains_as_before(cast):
     coll, embs = fused_and_embeddings(CFGS, "adam", sparse=True, lr=0.01)
     getattr(coll, cast)()
     assert coll.weight.dtype == coll.exp_avg.dtype == coll.exp_avg_sq.dtype == torch.float32
-    opt = torch.optim.SparseAdam(list(embs.parameters()), lr=0.01)
-    for step in range(2):
-        feats = batch(20 + step)
-        out = coll(feats)
-        up = upstream(out.shape, step)
-        (out * up).sum().backward()
-        (concat_lookup(embs, CFGS, feats) * up).sum().backward()
-        opt.step()
-        opt.zero_grad()
-    for c in CFGS:
-        torch.testing.assert_close(coll.table_weight(c.name), embs[c.name].weight.detach(), rtol=1e-5, atol=1e-6)
+    train_beside_sparse_adam(coll, embs, steps=2, first_batch=20)
 
 
 def test_fused_adam_equals_dense_adam_when_every_row_is_touched():
