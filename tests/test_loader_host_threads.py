@@ -68,3 +68,19 @@ def test_a_forked_child_gathers_with_threads_of_its_own(tmp_path):
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_run_all_inside_a_call_of_run_all_finishes():
+    """Every pool thread busy with an outer call that itself runs calls: waiting for the pool
+    there would wait for ever; the inner calls run on the calling thread instead."""
+    done = []
+
+    def outer(i):
+        host_threads.run_all([lambda i=i, j=j: done.append((i, j)) for j in range(3)])
+
+    runner = threading.Thread(target=host_threads.run_all,
+                              args=([lambda i=i: outer(i) for i in range(host_threads.THREADS + 1)],), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "nested run_all deadlocked"
+    assert sorted(done) == [(i, j) for i in range(host_threads.THREADS + 1) for j in range(3)]
