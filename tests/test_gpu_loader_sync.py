@@ -171,3 +171,30 @@ def test_batches_on_a_stream_of_the_consumers_own_are_whole(sessions):
                    "hist": features["hist"].copy()} for features, _ in loader]  # each read at once, on this stream
         stream.synchronize()
     check_rows(copies, items, hist)
+
+
+_SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+}
+"""
+
+
+def test_batches_read_late_on_the_consumers_own_stream_are_whole(sessions):
+    """The consumer's stream runs far behind (a spin kernel before each batch is read): the
+    chunks it let go of must not be overwritten by the next chunks' builds before its queued
+    reads ran. Their memory comes back to CuPy's pool on the prefetch thread's stream, which
+    does not know the consumer's; the builds wait for a mark of the consumer's work."""
+    cp = backend.cupy()
+    spin = cp.RawKernel(_SPIN, "spin")
+    ds, items, hist = sessions
+    loader = tl.Loader(ds, batch_size=BATCH, device="cuda", parts_per_chunk=1, lists={"hist": PAD_TO}, seed=5)
+    with cp.cuda.Stream(non_blocking=True) as stream:
+        copies = []
+        for features, _ in loader:
+            spin((1,), (1,), (np.int64(5_000_000),))  # ~3 ms of this stream's time before the reads below
+            copies.append({"id": features["id"].copy(), "items": tuple(a.copy() for a in features["items"]),
+                           "hist": features["hist"].copy()})
+        stream.synchronize()
+    check_rows(copies, items, hist)

@@ -549,3 +549,24 @@ def test_plan_is_deterministic_and_covers():
         assert covered == sorted((p, r) for p, n in enumerate([5, 3, 8]) for r in range(n))
         assert all(c.num_rows <= 4 for c in plan.chunks(epoch))
     assert [s for s in plan.rank_segments(1)] == [s for s in PartitionPlan([5, 3, 8], seed=4).rank_segments(1)]
+
+
+def test_the_prefetcher_hands_a_slot_back_after_telling_the_consumer_s_release():
+    """``released`` runs on the consumer's thread before the producer may build into the slot the
+    consumer let go of: result i + 2 is produced only after the consumer's i-th release."""
+    from tabloader.loader.prefetch import Prefetcher
+
+    events, consumer = [], threading.get_ident()
+
+    def produce(i):
+        events.append(("produce", i))
+        return i
+
+    def released():
+        assert threading.get_ident() == consumer
+        events.append(("released", sum(e[0] == "released" for e in events)))
+
+    with Prefetcher(produce, range(6), depth=1, released=released) as results:
+        assert list(results) == list(range(6))
+    for i in range(2, 6):
+        assert events.index(("released", i - 2)) < events.index(("produce", i)), events

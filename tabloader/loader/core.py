@@ -225,8 +225,13 @@ class Loader:
         reads = self.reader.read_ahead([seg.partition for spec in specs for seg in spec.segments
                                         if seg.partition not in resident],
                                        ahead=read_ahead() if self.prefetch else 0, context=self._on_device)
-        build = lambda spec: self._build(buffer, reads, spec, epoch, resident)  # noqa: E731
-        source = Prefetcher(build, specs, depth=1) if self.prefetch else map(build, specs)
+        # The consumer's GPU work so far, marked when it lets go of a chunk: the next chunk built
+        # may reuse that chunk's memory (CuPy's pool reuses a block on the stream that allocated
+        # it, the prefetch thread's), so its build waits, on the GPU, for what still reads it.
+        released = [None]
+        build = lambda spec: self._build(buffer, reads, spec, epoch, resident, released[0])  # noqa: E731
+        source = (Prefetcher(build, specs, depth=1, released=lambda: released.__setitem__(0, self._queued()))
+                  if self.prefetch else map(build, specs))
         batches = self.batcher.batches(map(_after_its_build, source), start, self.plan.rows_per_rank, convert)
         try:
             while True:
@@ -252,8 +257,9 @@ class Loader:
         return self._buffer
 
     def _build(self, buffer: ChunkBuffer, reads: "ReadAhead", spec: ChunkSpec, epoch: int,
-               resident: frozenset[int]) -> Chunk:
+               resident: frozenset[int], after: Any = None) -> Chunk:
         with self._on_device():
+            backend.wait_for(after)  # the consumer's work on the chunks let go of (see _run)
             sources = (self._rows_of(seg.partition, reads, resident, buffer) for seg in spec.segments)
             chunk = None
             if self.resident is not None:  # kept partitions only: gathered in place, not copied
@@ -263,6 +269,11 @@ class Loader:
             chunk = self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
             chunk.ready = backend.work_queued(self.device)
             return chunk
+
+    def _queued(self) -> Any:
+        """A mark of the GPU work this (the consumer's) thread queued on the loader's device."""
+        with self._on_device():
+            return backend.work_queued(self.device)
 
     def _rows_of(self, partition: int, reads: "ReadAhead", resident: frozenset[int], buffer: ChunkBuffer) -> Any:
         """A partition's rows for the chunk buffer: resident since before the epoch, or decoded

@@ -18,7 +18,8 @@ class Prefetcher:
 
     Results come back in order; an exception raised by ``produce`` is re-raised in the
     consumer when it reaches that item. A result's slot is only reused after the consumer asked
-    for the following one, so at most ``depth + 1`` results exist at once. ``close()`` stops
+    for the following one, so at most ``depth + 1`` results exist at once; ``released`` is
+    called on the consumer's thread just before that slot is handed back. ``close()`` stops
     the thread.
 
     Example:
@@ -29,8 +30,10 @@ class Prefetcher:
 
     _DONE = object()
 
-    def __init__(self, produce: Callable[[Any], Any], items: Iterable[Any], depth: int = 1) -> None:
+    def __init__(self, produce: Callable[[Any], Any], items: Iterable[Any], depth: int = 1,
+                 released: Callable[[], None] | None = None) -> None:
         self._produce, self._items = produce, iter(items)
+        self._released = released  # called on the consumer's thread when it is done with a result
         self._queue: queue.Queue = queue.Queue()
         self._permits = threading.Semaphore(depth + 1)
         self._stop = threading.Event()
@@ -57,8 +60,10 @@ class Prefetcher:
             self._thread.start()
         first = True
         while True:
-            if not first:
-                self._permits.release()  # the consumer is done with the previous result
+            if not first:  # the consumer is done with the previous result: its slot may be reused
+                if self._released is not None:
+                    self._released()
+                self._permits.release()
             first = False
             ok, value = self._queue.get()
             if not ok:
