@@ -200,6 +200,16 @@ def test_merlin_json_schema_wins_over_pbtxt(tmp_path):
     ("schema.pbtxt", 'feature { name: "C1" type: INT } feature { type: FLOAT }', "without a name"),
     ("schema.pbtxt", "feature { name: @ }", "line 1"),
     (".merlin/schema.json", '{"feature": [{"name": "C1", "annotation": {"extraMetadata": [3]}}]}', "objects"),
+    # shapes the readers trusted: a scalar where a message belongs, a wire type other than the field's, a string
+    # where a list of tags belongs (read as one tag per character), nesting past the stack
+    ("schema.pbtxt", "feature: 1", "AttributeError"),
+    ("schema.pbtxt", 'feature { name: "C1" annotation { extra_metadata { type_url: '
+                     '"type.googleapis.com/google.protobuf.Struct" value: "\\n\\007\\n\\001a\\022\\002\\030\\001" } } }',
+     "not a readable NVTabular schema"),
+    (".merlin/schema.json", '{"feature": {"name": "C1"}}', "AttributeError"),
+    (".merlin/schema.json", '{"feature": [{"name": "C1", "annotation": {"tag": "categorical"}}]}',
+     "'tag' must be a list of strings"),
+    (".merlin/schema.json", "[" * 100_000 + "]" * 100_000, "RecursionError"),
 ])
 def test_a_broken_nvtabular_schema_is_an_error_naming_the_file(tmp_path, name, text, message):
     path = str(tmp_path / "train")
@@ -238,3 +248,33 @@ def test_pbtxt_reader_refuses_deep_nesting_without_recursion_error():
 
     with pytest.raises(ValueError, match="nested deeper"):
         schema_from_pbtxt("feature " + "{ a " * 500 + "}" * 501)
+
+
+def test_a_folder_where_the_schema_file_belongs_is_an_error_naming_it(tmp_path):
+    path = str(tmp_path / "train")
+    write_nvt_output(path, parts=1, schema="none")
+    os.makedirs(os.path.join(path, "schema.pbtxt"))
+    with pytest.raises(ValueError, match="schema.pbtxt: not a readable NVTabular schema"):
+        tl.Dataset(path)
+
+
+def test_integers_with_a_leading_zero_are_octal_as_protobuf_reads_them():
+    from tabloader.dataset.nvtabular import schema_from_pbtxt
+
+    s = schema_from_pbtxt('feature { name: "C1" type: INT int_domain { max: 010 is_categorical: true } }')
+    assert s["C1"].properties == {"domain": {"min": 0, "max": 8}, "cardinality": 9}
+
+
+def test_the_list_tag_follows_the_data_whatever_the_saved_schema_says(tmp_path):
+    """A saved schema calling a scalar column a list (value_count), or a list column a scalar:
+    the data decides, and the LIST tag with it (the layers take either as a list)."""
+    path = str(tmp_path / "data")
+    os.makedirs(path)
+    pq.write_table(pa.table({"c": [1, 2], "g": pa.array([[1, 2], [3]])}), os.path.join(path, "part_0.parquet"))
+    with open(os.path.join(path, "schema.pbtxt"), "w") as f:
+        f.write('feature { name: "c" type: INT value_count { min: 1 max: 2 } annotation { tag: "categorical" } }\n'
+                'feature { name: "g" type: INT annotation { tag: "categorical" } }\n')
+    schema = tl.Dataset(path).schema
+    assert not schema["c"].is_list and schema["c"].tags == {"categorical"}
+    assert schema["g"].is_list and schema["g"].tags == {"categorical", "list"}
+    assert schema.select_by_tag(Tags.LIST).column_names == ["g"]

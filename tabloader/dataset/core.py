@@ -21,7 +21,7 @@ from tabloader.dataset.files import ENGINES, FileSet
 from tabloader.dataset.frames import DaskSource, FrameSource
 from tabloader.dataset.parquet import ParquetSource
 from tabloader.dataset.source import Source, refuse_unsupported_types, select
-from tabloader.schema import Schema
+from tabloader.schema import Schema, Tags
 from tabloader.sizes import parse_size
 
 
@@ -143,8 +143,9 @@ class Dataset:
             schema = self._source.saved_schema()
         if schema is None:
             return inferred
-        # The data decides which columns exist and their dtypes; the given schema adds roles.
-        return Schema(schema[c.name].with_dtype(c.dtype, c.is_list) if c.name in schema else c for c in inferred)
+        # The data decides which columns exist, their dtypes and which are lists (the LIST tag
+        # follows: a saved schema's own may disagree); the given schema adds roles.
+        return Schema(_with_data_shape(schema[c.name], c) if c.name in schema else c for c in inferred)
 
     # --- properties -------------------------------------------------------------------------
     @property
@@ -373,6 +374,13 @@ class Dataset:
 
         return write_parquet(self, path, output_files, shuffle, row_group_size, overwrite, seed, progress, compression,
                              partition_on)
+
+
+def _with_data_shape(given: Any, found: Any) -> Any:
+    """The column schema ``given`` (roles, properties) with the dtype and list shape of the
+    column ``found`` in the data, and the LIST tag exactly when it is a list."""
+    column = given.with_dtype(found.dtype, found.is_list)
+    return column.with_tags(Tags.LIST) if found.is_list else column.without_tags(Tags.LIST)
 
 
 def _read_columns(transforms: Sequence[Any], columns: Sequence[str] | None) -> Sequence[str] | None:

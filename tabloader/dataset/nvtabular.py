@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 from tabloader.dataset.protobuf import TextParser, any_from_json, any_from_text, as_text, flag, one
@@ -50,12 +51,15 @@ def read_schema(fs: Any, directory: str) -> Schema | None:
         path = join(directory, name)
         if not fs.exists(path):
             continue
-        with fs.open(path, "rb") as f:
-            raw = f.read()
         try:
+            with fs.open(path, "rb") as f:
+                raw = f.read()
             return parse(raw.decode("utf-8"))
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: not a readable NVTabular schema ({exc})") from exc
+        # what a damaged (or crafted) file makes the readers raise, who trust its shapes: a scalar
+        # where a message belongs, a wire type other than the field's, nesting past the stack
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, struct.error, RecursionError,
+                OSError) as exc:
+            raise ValueError(f"{path}: not a readable NVTabular schema ({type(exc).__name__}: {exc})") from exc
     return None
 
 
@@ -104,9 +108,17 @@ def _feature_from_json(feature: dict) -> dict:
                                                    (("min", "min"), ("max", "max"), ("is_categorical", "isCategorical"))
                                                    if j in domain},
         "value_count": feature.get("valueCount"),
-        "tags": list(annotation.get("tag", [])),
+        "tags": _json_tags(annotation.get("tag", [])),
         "metadata": [any_from_json(a) for a in annotation.get("extraMetadata", [])],
     }
+
+
+def _json_tags(tags: Any) -> list[str]:
+    """A feature's tags in the JSON form: a list of strings (a string alone would be read as
+    one tag per character)."""
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"a feature's 'tag' must be a list of strings, got {tags!r}")
+    return tags
 
 
 def _column(feature: dict) -> ColumnSchema:

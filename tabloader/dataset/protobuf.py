@@ -277,7 +277,15 @@ class TextParser:
 
 
 def _word(token: str) -> Any:
-    """A number, or a word (an enum value, ``true``/``false``) as it is."""
+    """A number, or a word (an enum value, ``true``/``false``) as it is. An integer with a
+    leading zero is octal, as protobuf's text format reads it (``010`` is 8).
+
+    Example:
+        >>> _word("010"), _word("-0x1f"), _word("7"), _word("1.5f"), _word("INT")
+        (8, -31, 7, 1.5, 'INT')
+    """
+    if re.fullmatch(r"-?0[0-7]+", token):
+        return int(token, 8)
     for parse in (lambda t: int(t, 0), float, lambda t: float(t[:-1])):  # the last: 1.5f
         try:
             return parse(token)
