@@ -1063,3 +1063,27 @@ def test_a_failed_distributed_compute_returns_after_the_tasks_already_running(tm
         with pytest.raises(ValueError, match="this task fails"):
             compute_tasks(tasks, "test", progress=False)
         assert os.path.exists(marker)
+
+
+def test_a_dask_frame_s_object_columns_of_lists_read_as_list_columns(tmp_path):
+    """dd.read_parquet gives a list column as numpy arrays in an object column, which its meta
+    calls ``object`` alone: the Dataset reads it as a list column (seen in the first partition),
+    in every partition -- one of null lists only too -- and writes, loads and encodes it as the
+    same rows as a pandas frame do."""
+    rows = [[1, 2], [3], [], None] * 5 + [None] * 10 + [[4, 5, 6], [7]] * 5
+    pd.DataFrame({"rid": np.arange(len(rows)), "tags": rows}).to_parquet(tmp_path / "l.parquet", row_group_size=10)
+    ddf = dd.read_parquet(str(tmp_path / "l.parquet"), split_row_groups=True)
+    assert ddf.npartitions > 3 and ddf._meta["tags"].dtype == object
+    ds = tl.Dataset(ddf)
+    assert ds.schema["tags"].is_list and ds.schema["tags"].dtype == "int64"
+    back = ds.compute()
+    assert [None if v is None else list(v) for v in pa.array(back["tags"].array).to_pylist()] == rows
+    ds.to_parquet(str(tmp_path / "out"), progress=False)
+    assert pq.read_table(tmp_path / "out").column("tags").to_pylist() == rows
+    graph = ["rid"] + (["tags"] >> tl.ops.Categorify() >> tl.ops.FillMissing(0))  # null lists become []
+    loader = tl.Loader(tl.Workflow(graph, progress=False).fit_transform(ds), batch_size=len(rows), shuffle=False,
+                       categorical=["rid", "tags"], continuous=[], target=[])
+    (values, offsets), = [next(iter(loader))[0]["tags"]]
+    expected = tl.Workflow(graph, progress=False).fit_transform(pd.read_parquet(tmp_path / "l.parquet"))["tags"]
+    assert values.tolist() == [v for row in expected.tolist() for v in row]
+    assert np.diff(offsets).tolist() == [len(row) for row in expected.tolist()]

@@ -130,6 +130,31 @@ def _lists_as_arrow(frame: Any) -> Any:
     return frame
 
 
+def _list_types(frame: Any) -> dict[str, Any]:
+    """The columns of ``frame`` (object columns of a pandas frame) that hold lists -> their arrow
+    type (see :func:`_lists_as_arrow`)."""
+    converted = _lists_as_arrow(frame)
+    return {name: converted[name].dtype.pyarrow_dtype for name in frame.columns
+            if converted[name].dtype is not frame[name].dtype and backend.is_list_dtype(converted[name].dtype)}
+
+
+def _as_lists(frame: Any, lists: dict[str, Any]) -> Any:
+    """``frame`` with the columns named in ``lists`` (name -> arrow list type) as arrow list
+    columns of that type, those it holds; a column of nulls only becomes null lists."""
+    import pandas as pd
+
+    from tabloader.encoding.lists import as_list_column
+
+    present = [name for name in lists if name in frame.columns and not backend.is_list_dtype(frame[name].dtype)]
+    if not present:
+        return frame
+    frame = frame.copy(deep=False)
+    for name in present:
+        arr = backend.list_column_to_arrow(as_list_column("Dataset", name, frame[name], is_list=True))
+        frame[name] = pd.Series(pd.arrays.ArrowExtensionArray(arr.cast(lists[name])), index=frame.index, copy=False)
+    return frame
+
+
 def _rows(frame: Any, start: int, stop: int, columns: Sequence[str] | None) -> Any:
     """Rows ``[start, stop)`` of ``frame`` (``columns`` only, when given)."""
     part = frame.iloc[start:stop]
@@ -144,6 +169,8 @@ class DaskSource(Source):
     by partition (each computed on its own, on the calling thread), moved to ``device`` where it
     is elsewhere. Its partitions' sizes are known only by reading them."""
 
+    _lists: dict[str, Any] | None = None  # see _list_columns (a class default: older pickles lack it)
+
     def __init__(self, ddf: Any, device: str = "cpu") -> None:
         super().__init__(device)
         self.ddf = ddf
@@ -154,12 +181,31 @@ class DaskSource(Source):
 
     @property
     def arrow_schema(self) -> Any:
-        return backend.frame_arrow_schema(self.ddf)
+        schema = backend.frame_arrow_schema(self.ddf)
+        for name, arrow_type in self._list_columns().items():
+            schema = schema.set(schema.get_field_index(name), schema.field(name).with_type(arrow_type))
+        return schema
 
     def meta(self) -> Any:
-        return backend.to_frame_device(self.ddf._meta, self.device)
+        meta = backend.to_frame_device(self.ddf._meta, self.device)
+        return _as_lists(meta, self._list_columns())
+
+    def _list_columns(self) -> dict[str, Any]:
+        """The object columns that hold lists (``dd.read_parquet``'s numpy arrays, Python lists)
+        -> their arrow list type, seen in the first partition: the meta of a Dask frame says
+        ``object`` alone. They are read as arrow list columns, as a pandas frame's are."""
+        if self._lists is None:
+            meta = self.ddf._meta
+            objects = [] if backend.is_gpu_object(meta) else [c for c, d in meta.dtypes.items() if d == object]
+            self._lists = _list_types(self._computed(0, objects)) if objects and self.npartitions else {}
+        return self._lists
 
     def read_frame(self, index: int, columns: Sequence[str] | None = None) -> Any:
+        frame = self._computed(index, columns)
+        return backend.to_frame_device(_as_lists(frame, self._list_columns()), self.device)
+
+    def _computed(self, index: int, columns: Sequence[str] | None) -> Any:
+        """Partition ``index`` (``columns`` only) as the collection computes it."""
         from tabloader.scheduler import active_client
 
         # One at a time on Python 3.11, whose functools.cached_property holds a lock per class:
@@ -170,14 +216,15 @@ class DaskSource(Source):
             part = part[list(columns)] if columns is not None else part
             # On this thread, unless a distributed client holds the collection's data (persisted
             # partitions are futures there, which the synchronous scheduler cannot resolve).
-            frame = part.compute(scheduler=None if active_client() is not None else "sync")
-        return backend.to_frame_device(frame, self.device)
+            return part.compute(scheduler=None if active_client() is not None else "sync")
 
     def delayed_frames(self, columns: Sequence[str] | None = None) -> list[Any]:
         import dask
 
         ddf = self.ddf[list(columns)] if columns is not None else self.ddf
-        return [dask.delayed(backend.to_frame_device)(part, self.device) for part in ddf.to_delayed()]
+        lists = self._list_columns()
+        return [dask.delayed(backend.to_frame_device)(dask.delayed(_as_lists)(part, lists), self.device)
+                for part in ddf.to_delayed()]
 
     def describe(self, index: int | None = None) -> str:
         return "the Dask DataFrame" if index is None else f"partition {index} of the Dask DataFrame"
