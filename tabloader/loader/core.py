@@ -230,8 +230,9 @@ class Loader:
         # it, the prefetch thread's), so its build waits, on the GPU, for what still reads it.
         released = [None]
         build = lambda spec: self._build(buffer, reads, spec, epoch, resident, released[0])  # noqa: E731
-        source = (Prefetcher(build, specs, depth=1, released=lambda: released.__setitem__(0, self._queued()))
-                  if self.prefetch else map(build, specs))
+        # (marked on the consumer's thread inside next(batches) below, on the loader's device already)
+        mark = lambda: released.__setitem__(0, backend.work_queued(self.device))  # noqa: E731
+        source = Prefetcher(build, specs, depth=1, released=mark) if self.prefetch else map(build, specs)
         batches = self.batcher.batches(map(_after_its_build, source), start, self.plan.rows_per_rank, convert)
         try:
             while True:
@@ -269,11 +270,6 @@ class Loader:
             chunk = self.shuffler.shuffle_chunk(chunk, epoch, self.global_rank)
             chunk.ready = backend.work_queued(self.device)
             return chunk
-
-    def _queued(self) -> Any:
-        """A mark of the GPU work this (the consumer's) thread queued on the loader's device."""
-        with self._on_device():
-            return backend.work_queued(self.device)
 
     def _rows_of(self, partition: int, reads: "ReadAhead", resident: frozenset[int], buffer: ChunkBuffer) -> Any:
         """A partition's rows for the chunk buffer: resident since before the epoch, or decoded
