@@ -85,7 +85,12 @@ def _gpu_list_layout(series: Any) -> ListLayout:
     lengths = cp.diff(offsets)
     if series.has_nulls:
         lengths = cp.where(valid, lengths, 0)
-    elements = cudf.Series.from_pylibcudf(column.list_view().get_sliced_child())
+    view = column.list_view()
+    if hasattr(view, "get_sliced_child"):
+        elements = cudf.Series.from_pylibcudf(view.get_sliced_child())
+    else:  # cuDF before 26.02: the whole child, cut to the rows' elements (two offsets read back)
+        start, stop = (int(all_offsets[first]), int(all_offsets[first + n])) if n else (0, 0)
+        elements = cudf.Series.from_pylibcudf(view.child()).iloc[start:stop].reset_index(drop=True)
     return ListLayout(offsets, elements, valid, lengths)
 
 

@@ -48,10 +48,7 @@ class ValueLookup:
             self.levels = [_key_index(keys[0], kinds[0])]
             self.combined = None
         else:
-            # strings as tabloader's text dtype: pandas 2's Python strings hash only up to a NUL byte
-            uniques = [pd.unique(k.to_numpy()) if kind != "str" else pd.Series(k, dtype=backend.STRING_DTYPE).unique()
-                       for k, kind in zip(keys, kinds)]
-            self.levels = [_key_index(pd.Series(u), kind) for u, kind in zip(uniques, kinds)]
+            self.levels = [_key_index(pd.Series(level_values(k, kind)), kind) for k, kind in zip(keys, kinds)]
             codes = [self._find(level, normalize_column(op, what, k)) for level, k in zip(self.levels, keys)]
             self.combined = _hashed_index(self._combine(codes))
 
@@ -92,6 +89,15 @@ def check_query_kind(op: Any, what: Any, key_kind: str, query_kind: str) -> None
     if (key_kind == "str") != (query_kind == "str"):
         raise TypeError(f"{label_of(op)}: column {what!r} was fit on {'strings' if key_kind == 'str' else 'numbers'} "
                         f"but now holds {'strings' if query_kind == 'str' else 'numbers'}")
+
+
+def level_values(key: pd.Series, kind: str) -> Any:
+    """The distinct values of one column of a combination's keys, in the order ``pd.unique``
+    gives them (the combined codes, on the CPU and GPU alike, count in that order). Strings go
+    as tabloader's text dtype: pandas 2's Python strings hash only up to a NUL byte."""
+    if kind == "str":
+        return pd.Series(key, dtype=backend.STRING_DTYPE).unique()
+    return pd.unique(key.to_numpy())
 
 
 def _key_index(values: pd.Series, kind: str) -> Any:

@@ -44,6 +44,14 @@ def _string_kernel() -> Any:
     return backend.cupy().RawKernel(_STRING_HASH_SOURCE, "fnv1a_splitmix64")
 
 
+def span_bytes(span: Any) -> int:
+    """The size in bytes of a pylibcudf device buffer (a ``gpumemoryview``): ``nbytes`` in
+    every cuDF release; ``size`` only from 26.02 (so it cannot be getattr's default, which
+    Python evaluates first)."""
+    nbytes = getattr(span, "nbytes", None)
+    return int(span.size if nbytes is None else nbytes)
+
+
 def string_buffers(strings: Any) -> tuple[Any, Any]:
     """The offsets (int64, one more than the rows, absolute into the chars) and the chars (uint8)
     of a cuDF string Series, as CuPy views of the column's device buffers."""
@@ -55,7 +63,7 @@ def string_buffers(strings: Any) -> tuple[Any, Any]:
     offsets = backend.cudf().Series.from_pylibcudf(column.child(0)).values
     offsets = offsets[column.offset():column.offset() + n + 1].astype(cp.int64)
     data = column.data()  # the chars: a span (a device pointer and a size in bytes)
-    nbytes = 0 if data is None else int(getattr(data, "nbytes", data.size))
+    nbytes = 0 if data is None else span_bytes(data)
     if nbytes == 0:
         return offsets, cp.zeros(0, dtype=cp.uint8)
     memory = cp.cuda.UnownedMemory(data.ptr, nbytes, data)  # a view: the span keeps the chars alive

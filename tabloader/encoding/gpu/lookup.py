@@ -29,7 +29,7 @@ from tabloader.encoding.contract import NULL_ID, OOV_START
 from tabloader.encoding.cpu import lookup as cpu_lookup
 from tabloader.encoding.cpu.columns import exact_ints
 from tabloader.encoding.gpu.columns import NormalizedColumn
-from tabloader.encoding.gpu.hashing import cross_hash, string_buffers
+from tabloader.encoding.gpu.hashing import cross_hash, span_bytes, string_buffers
 
 __all__ = ["ValueLookup", "assign_ids"]
 
@@ -51,8 +51,7 @@ class ValueLookup:
         # which the CPU lookup uses too), and an index of the keys' combined codes, computed once
         # on the host, where the keys are.
         host = cpu_lookup.ValueLookup(keys, op, what)
-        uniques = [pd.unique(k.to_numpy() if kind != "str" else k) for k, kind in zip(keys, kinds)]
-        self.levels = [_device_keys(pd.Series(u), kind) for u, kind in zip(uniques, kinds)]
+        self.levels = [_device_keys(pd.Series(cpu_lookup.level_values(k, kind)), kind) for k, kind in zip(keys, kinds)]
         self.combined = IntKeys(host.combined.to_numpy())
 
     def _combine(self, codes: list[Any]) -> Any:
@@ -187,7 +186,7 @@ def _validity_words(column: Any) -> tuple[Any, int]:
     mask = column.null_mask()
     if mask is None:
         return None, -1
-    nbytes = int(getattr(mask, "nbytes", mask.size))  # allocated in whole 64-byte blocks
+    nbytes = span_bytes(mask)  # allocated in whole 64-byte blocks
     memory = cp.cuda.UnownedMemory(mask.ptr, nbytes, mask)  # a view: the span keeps the mask alive
     return cp.ndarray((nbytes // 4,), dtype=cp.uint32, memptr=cp.cuda.MemoryPointer(memory, 0)), column.offset()
 
