@@ -649,8 +649,15 @@ def _cudf_read_parquet(paths: list[str], columns: Sequence[str] | None, row_grou
     # set_index or a groupby), moved out of the columns asked for. The rows of a partition are
     # 0..n, and every column asked for is a column, as pyarrow reads them.
     if columns is not None and any(name in columns for name in frame.index.names):
-        return frame.reset_index()[list(columns)]
-    return frame.reset_index(drop=True)
+        frame = frame.reset_index()
+    else:
+        frame = frame.reset_index(drop=True)
+    # cuDF leaves out a column a file lacks (ignore_missing_columns, from 26.02 an argument) where
+    # pyarrow raises: the same error as pyarrow's reads, naming the file.
+    missing = [c for c in columns or () if c not in frame.columns]
+    if missing:
+        raise KeyError(f"columns {missing} are not in {paths[0] if len(paths) == 1 else paths}")
+    return frame if columns is None else frame[list(columns)]
 
 
 def read_parquet_arrow(path: str, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None,
@@ -1152,6 +1159,10 @@ def empty_null_lists(array: Any) -> Any:
 def list_column_from_arrow(array: Any, index: Any, name: Any, like: Any = None) -> Any:
     """A pandas (ArrowDtype) or cuDF list Series from a pyarrow list array."""
     if like is not None and is_gpu_object(like):
+        import pyarrow as pa
+
+        if pa.types.is_null(array.type.value_type):  # cuDF columns have no null type: elements of some type
+            array = array.cast(pa.list_(pa.int8()))
         out = cudf().Series.from_arrow(array)
         out.index, out.name = index, name
         return out

@@ -429,3 +429,25 @@ def test_a_column_selected_twice_is_kept_once(device):
     assert list(out.columns) == ["a", "b", "c"]
     assert out["a"].tolist() == [1, 2, 3] and out["b"].tolist() == [4, 5, 6]
     np.testing.assert_allclose(out["c"].to_numpy(), np.log1p(frame["c"].to_numpy()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_groupby_sorts_nan_and_null_keys_as_missing_in_row_order(device):
+    """A float sort key holding NaN and nulls (cuDF tells them apart; pandas counts both as
+    missing): values first, then the missing ones in row order, on both devices."""
+    table = pa.table({"user": [1, 1, 1, 1, 1], "t": pa.array([2.0, float("nan"), None, 1.0, float("nan")]),
+                      "v": [10, 11, 12, 13, 14]})
+    data = backend.from_arrow(table, device)
+    out = backend.to_host(Workflow(["user", "t", "v"] >> ops.Groupby("user", sort_cols="t", aggs={"v": "list"}),
+                                   progress=False).fit_transform(tl.Dataset(data)).compute())
+    assert arrow_column(out["v_list"]).to_pylist() == [[13, 10, 11, 12, 14]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_groupby_of_a_partition_whose_keys_are_all_null_is_empty(device):
+    """Every row's key null: no group (CuPy before 14.2 cannot count an empty array of groups)."""
+    table = pa.table({"user": pa.nulls(3, pa.int64()), "v": [1, 2, 3]})
+    data = backend.from_arrow(table, device)
+    out = backend.to_host(Workflow(["user", "v"] >> ops.Groupby("user", aggs={"v": ["list", "sum"]}),
+                                   progress=False).fit_transform(tl.Dataset(data)).compute())
+    assert len(out) == 0 and list(out.columns) == ["user", "v_list", "v_sum"]

@@ -97,14 +97,14 @@ class Groupby(Operator):
         plan = self._plan(columns)
         frame = frame.reset_index(drop=True)
         xp = backend.array_lib(backend.frame_device(frame))
-        if self.sort_cols:  # the row number breaks ties: a stable sort on pandas and cuDF alike
-            frame = frame.assign(**{_ROW: xp.arange(len(frame))}).sort_values(self.sort_cols + [_ROW])
-            frame = frame.drop(columns=[_ROW]).reset_index(drop=True)
+        if self.sort_cols:
+            frame = self._sorted(frame, xp)
         reduced = frame.groupby(self.groupby_cols, sort=True, dropna=True)
         group = backend.column_values(reduced.ngroup().fillna(-1).astype("int64"))  # -1: a null key, dropped
         kept = xp.flatnonzero(group >= 0)
         order = kept[xp.argsort(group[kept], kind="stable")]  # rows of group 0, then 1, ...; sorted order within
-        sizes = xp.bincount(group[kept], minlength=int(group.max()) + 1 if len(kept) else 0)
+        # CuPy before 14.2 cannot bincount an empty array (all keys null, or the empty meta frame).
+        sizes = xp.bincount(group[kept], minlength=int(group.max()) + 1) if len(kept) else xp.zeros(0, xp.int64)
         offsets = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(sizes)])
         firsts, lasts = order[offsets[:-1]], order[offsets[1:] - 1]
         out = {k: frame[k].iloc[firsts].reset_index(drop=True) for k in self.groupby_cols}
@@ -119,6 +119,16 @@ class Groupby(Operator):
             else:
                 out[name] = _float_when_averaged(reduced[col].agg(agg).reset_index(drop=True), agg)
         return backend.frame_from_columns(out, index, like=frame)
+
+    def _sorted(self, frame: Any, xp: Any) -> Any:
+        """``frame`` sorted by ``sort_cols``, missing values last, ties in row order (the row
+        number breaks them: a stable sort on pandas and cuDF alike). Float keys sort with their
+        NaN as nulls: pandas counts both as missing, where cuDF would put NaN before the nulls."""
+        keys = {f"{_ROW}{i}": backend.nans_as_nulls(frame[c]) for i, c in enumerate(self.sort_cols)
+                if frame[c].dtype.kind == "f"}
+        by = [f"{_ROW}{i}" if f"{_ROW}{i}" in keys else c for i, c in enumerate(self.sort_cols)]
+        frame = frame.assign(**keys, **{_ROW: xp.arange(len(frame))}).sort_values(by + [_ROW])
+        return frame.drop(columns=[*keys, _ROW]).reset_index(drop=True)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         out = [input_schema[k] if k in input_schema else ColumnSchema(k) for k in self.groupby_cols]
