@@ -466,6 +466,24 @@ def test_files_with_columns_in_another_order_are_aligned_by_name(tmp_path):
     assert loader_column(ds, "a") == [1, 2, 3]
 
 
+
+def test_files_declaring_large_strings_and_lists_read_with_files_that_do_not(tmp_path):
+    """polars and pandas 3 declare large_string / large_list, Spark, DuckDB and pyarrow not; the
+    parquet columns are the same, so one dataset reads both, as pyarrow.dataset does."""
+    d = tmp_path / "d"
+    d.mkdir()
+    pl.DataFrame({"user": ["a", "b"], "tags": [["x"], ["y", "z"]]}).write_parquet(d / "p0.parquet")
+    duckdb.sql(f"COPY (SELECT 'c' AS user, ['w'] AS tags) TO '{d / 'p1.parquet'}' (FORMAT PARQUET)")
+    assert pq.read_schema(d / "p0.parquet").field("tags").type != pq.read_schema(d / "p1.parquet").field("tags").type
+    expected = pds.dataset(str(d)).to_table(columns=["user", "tags"]).to_pydict()
+    for part_size in ("128MB", 1):
+        out = Dataset(str(d), part_size=part_size).compute()
+        assert out["user"].tolist() == expected["user"]
+        assert [list(t) for t in out["tags"]] == expected["tags"]
+    wf = tl.Workflow(["user", "tags"] >> ops.Categorify())
+    wf.fit(Dataset(str(d)))
+    assert wf.output_schema["tags"].properties["cardinality"] == 3 + 4  # padding, null, one bucket; w x y z
+
 # --- 6. dictionary-encoded and nested columns -----------------------------------------------
 def test_dictionary_columns_are_read_as_strings(tmp_path):
     values = ["x", "y", None, "x", "z", "y"]

@@ -25,8 +25,8 @@ from tabloader.dataset.files import FileSet, check_same_schema, for_each_file
 from tabloader.dataset.partition_filters import kept_files
 from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_nulls, dictionary_coded, file_fields,
                                               fixed_list_widths, fixed_widths, hive_keys, in_memory_bytes,
-                                              int96_columns, key_columns, names_by_field_id, read_footer,
-                                              value_chunks)
+                                              int96_columns, key_columns, names_by_field_id, offset_width_free,
+                                              read_footer, value_chunks)
 from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
 from tabloader.filesystems import is_local
 
@@ -116,7 +116,10 @@ class ParquetSource(Source):
         stored = [file_fields(f.arrow_schema) for f in footers]
         key_types, keys = hive_keys(files.paths, files.bases, _given_key_types(files, partition_types), stored)
         fields = [{n: t for n, t in found.items() if n not in key_types} for found in stored]  # keys: from folders
-        check_same_schema(files.paths, [{**found, **{k: key_types[k] for k, _ in pairs}}
+        # The dataset's types are the first file's; a file declaring a string or list with wider
+        # offsets (or narrower) is the same column, cast as it is read (_conform).
+        check_same_schema(files.paths, [{**{n: offset_width_free(t) for n, t in found.items()},
+                                         **{k: key_types[k] for k, _ in pairs}}
                                         for found, pairs in zip(fields, keys)], columns)
         # A key the files also store keeps its place among their columns (as polars and DuckDB show it).
         names = checked_columns([*stored[0], *(k for k in key_types if k not in stored[0])], columns, files.paths[0])

@@ -268,6 +268,28 @@ def decoded(arrow_type: Any) -> Any:
     return arrow_type
 
 
+def offset_width_free(arrow_type: Any) -> Any:
+    """``arrow_type`` with its 64-bit offset variants (``large_string``, ``large_binary``,
+    ``large_list``, also inside lists) as the 32-bit ones: parquet stores both alike, and only
+    the arrow schema a writer adds tells them apart (pandas 3 and polars write the large ones,
+    Spark, DuckDB and pyarrow the others), so that files of one table compare equal.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> offset_width_free(pa.large_list(pa.large_string())) == pa.list_(pa.string())
+        True
+    """
+    import pyarrow as pa
+
+    if pa.types.is_large_string(arrow_type):
+        return pa.string()
+    if pa.types.is_large_binary(arrow_type):
+        return pa.binary()
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(offset_width_free(arrow_type.value_type)))
+    return arrow_type
+
+
 # Columns matched by field id (Iceberg): the file's names may be older than the table's.
 FIELD_ID = b"PARQUET:field_id"
 
