@@ -102,6 +102,14 @@ def test_missing_statistics_mean_nulls_are_possible(tmp_path):
     check_reads(ds, expected)
 
 
+def test_an_empty_file_beside_others_leaves_their_integers_plain(tmp_path):
+    """pyarrow writes an empty table as one row group of 0 rows without statistics: it holds no
+    null, so the column stays int64 (the dtype the other files give alone)."""
+    pq.write_table(pa.table({"a": [1, 2, 3]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"a": pa.array([], pa.int64())}), tmp_path / "b.parquet")
+    assert pq.read_metadata(tmp_path / "b.parquet").row_group(0).column(0).statistics is None
+    check_reads(Dataset(str(tmp_path)), pd.DataFrame({"a": np.array([1, 2, 3])}))
+
 def test_polars_and_duckdb_integers_with_nulls(tmp_path):
     pl.DataFrame({"id": pl.Series(IDS, dtype=pl.Int64), "x": np.arange(50) * 0.5}).write_parquet(
         tmp_path / "polars.parquet", row_group_size=10)

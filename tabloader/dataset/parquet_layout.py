@@ -353,8 +353,10 @@ def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys:
         leaves = [footer.schema.column(j) for j in range(footer.num_columns)]
         optional = [(j, as_read[leaf.path]) for j, leaf in enumerate(leaves)
                     if leaf.path in as_read and as_read[leaf.path] in in_files and leaf.max_definition_level > 0]
-        for i in range(footer.num_row_groups):
-            row_group = footer.row_group(i)
+        for g in range(footer.num_row_groups):
+            row_group = footer.row_group(g)
+            if row_group.num_rows == 0:  # pyarrow writes an empty table as one such group, without statistics
+                continue
             for j, name in optional:
                 if name not in found and _may_hold_nulls(row_group.column(j).statistics):
                     found.add(name)
