@@ -147,6 +147,23 @@ def test_directory_ignores_schema_and_hidden_files(tmp_path, df):
     check_dataset(ds, df, npartitions=1)  # three small files fit in one 128MB partition
 
 
+def test_folders_and_files_behind_symbolic_links_are_read_once(tmp_path):
+    """A hive folder that is a link to another disk is read, as pyarrow and pandas read it; a link
+    back up (a loop) is not entered again; a link to a file is that file."""
+    d, elsewhere = tmp_path / "events", tmp_path / "elsewhere"
+    (d / "dt=2024-01-01").mkdir(parents=True)
+    (elsewhere / "dt=2024-01-02").mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1, 2]}), d / "dt=2024-01-01" / "p.parquet")
+    pq.write_table(pa.table({"a": [3]}), elsewhere / "dt=2024-01-02" / "p.parquet")
+    pq.write_table(pa.table({"a": [4]}), elsewhere / "q.parquet")
+    (d / "dt=2024-01-02").symlink_to(elsewhere / "dt=2024-01-02", target_is_directory=True)
+    (d / "dt=2024-01-03").mkdir()
+    (d / "dt=2024-01-03" / "q.parquet").symlink_to(elsewhere / "q.parquet")
+    (d / "dt=2024-01-01" / "loop").symlink_to(d, target_is_directory=True)
+    out = Dataset(str(d)).compute()
+    assert out["a"].tolist() == [1, 2, 3, 4]
+    assert [str(v) for v in out["dt"]] == ["2024-01-01", "2024-01-01", "2024-01-02", "2024-01-03"]
+
 def test_directory_with_trailing_slash_and_subdirectories(tmp_path, df):
     d = tmp_path / "data"
     write_parts(df.iloc[:600], d / "a", nfiles=2)

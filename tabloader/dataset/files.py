@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from tabloader.dataset import delta, nvtabular
 from tabloader.dataset.source import SchemaMismatchError
 from tabloader.dataset.table_formats import check_not_a_table
-from tabloader.filesystems import filesystem, join
+from tabloader.filesystems import filesystem, is_local, join
 from tabloader.schema import SCHEMA_FILE_NAME, Schema
 
 ENGINES = ("parquet", "csv")
@@ -113,6 +113,21 @@ def _iceberg_table_at(item: str) -> "FileSet | None":
     return None
 
 
+def _files_below(fs: Any, folder: str, entered: set[str] | None = None) -> list[str]:
+    """The files below ``folder``, also those below symbolic links to folders (fsspec lists a
+    link to a folder, but does not enter it; pyarrow and pandas do). A link to a folder already
+    entered (a loop) is not entered again."""
+    entered = set() if entered is None else entered
+    entered.add(os.path.realpath(folder) if is_local(fs) else folder)
+    found = []
+    for name, info in fs.find(folder, detail=True).items():
+        if info["type"] == "file" or (info.get("islink") and fs.isfile(name)):
+            found.append(name)
+        elif info.get("islink") and fs.isdir(name) and os.path.realpath(name) not in entered:  # links: local only
+            found += _files_below(fs, name, entered)
+    return found
+
+
 def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str, dict[str, str]]:
     """The data files ``path`` names (a glob, a directory or a file), the folder they were
     found under (hive keys are below it), the folder of the data (its saved schema) and the
@@ -127,7 +142,7 @@ def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str, dict[st
         if delta.is_delta_table(fs, path):  # before listing its folders: they may hold many replaced files
             version = delta.current_version(fs, path)
             return version.paths, path.rstrip("/"), path, version.partition_types
-        listed = fs.find(path)
+        listed = _files_below(fs, path)
         check_not_a_table(fs, path, item, listed)
         found = sorted(p for p in listed if _is_data_file(p) and not _in_hidden_dir(p, path))
         if not found:
