@@ -112,6 +112,40 @@ def test_bad_filters_are_refused_naming_the_key_and_value(tmp_path, filters, mes
         tl.Dataset(str(tmp_path), filters=filters)
 
 
+def write_months(root) -> None:
+    """month=01 .. month=12: the leading zero keeps the key text (it would be lost as a number)."""
+    for month in range(1, 13):
+        (root / f"month={month:02d}").mkdir(parents=True)
+        pq.write_table(pa.table({"id": [month]}), root / f"month={month:02d}" / "part-0.parquet")
+
+
+@pytest.mark.parametrize("op", ["<", "==", "in"])
+def test_a_number_for_a_text_key_is_refused_not_compared_as_text(tmp_path, op):
+    """As text, "10" < 7 and "07" != 7: the filter would keep the wrong months without a word.
+    The message says how to filter: the folders' spelling, or the key typed."""
+    write_months(tmp_path)
+    with pytest.raises(ValueError, match=r"the key 'month' is text .* partition_types=\{'month': 'int32'\}"):
+        tl.Dataset(str(tmp_path), filters=[("month", op, [7] if op == "in" else 7)])
+    assert ids(tl.Dataset(str(tmp_path), filters=[("month", "<", "07")])) == [1, 2, 3, 4, 5, 6]
+    assert ids(tl.Dataset(str(tmp_path), filters=[("month", "<", 7)], partition_types={"month": "int32"})) == \
+        [1, 2, 3, 4, 5, 6]
+
+
+def test_a_key_keeps_the_type_of_all_its_folders_whichever_files_filters_keep(tmp_path):
+    """zip=01234 keeps every zip text; a filter dropping that folder must not make the others
+    numbers: a workflow fitted on the whole folder then refused the filtered one."""
+    for k, zip_code in enumerate(["01234", "10115", "20095"]):
+        (tmp_path / f"zip={zip_code}").mkdir()
+        pq.write_table(pa.table({"id": [k]}), tmp_path / f"zip={zip_code}" / "part-0.parquet")
+    whole = tl.Dataset(str(tmp_path))
+    valid = tl.Dataset(str(tmp_path), filters=[("zip", "==", "10115")])
+    assert whole.schema["zip"].dtype == valid.schema["zip"].dtype
+    assert valid.compute()["zip"].tolist() == ["10115"]
+    wf = tl.Workflow(["zip"] >> tl.ops.Categorify(), progress=False)
+    wf.fit(whole)
+    ids_of_whole = dict(zip(whole.compute()["zip"], wf.transform(whole).compute()["zip"]))
+    assert wf.transform(valid).compute()["zip"].tolist() == [ids_of_whole["10115"]]
+
 def test_filters_on_a_source_without_folders_are_refused():
     import pandas as pd
 
@@ -152,7 +186,7 @@ def test_integer_keys_past_int64_stay_exact_and_bounds_past_int32_still_compare(
     assert big.compute()["uid"].tolist() == ["18446744073709551616", "18446744073709551617"]
     kept = tl.Dataset(str(tmp_path / "big"), filters=[("uid", "==", "18446744073709551617")])
     assert kept.compute()["x"].tolist() == [7.0]
-    with pytest.raises(ValueError, match=r"18446744073709551617 is not a value of the key 'uid', which is string"):
+    with pytest.raises(ValueError, match=r"the key 'uid' is text .* 18446744073709551617 would compare as text"):
         tl.Dataset(str(tmp_path / "big"), filters=[("uid", "==", 18446744073709551617)])
     assert tl.Dataset(str(tmp_path / "epoch")).schema["ts"].dtype == "int32"
     assert tl.Dataset(str(tmp_path / "epoch"), filters=[("ts", "<", 3_000_000_000)]).num_rows == 2

@@ -353,10 +353,14 @@ def _filtered(files: FileSet, partition_types: Mapping[str, Any] | str | None, f
         raise ValueError(f"filters={filters!r} keep or drop the files of key=value folders; the table at "
                          f"{files.directory} is read from its metadata: give its scan a row_filter on identity "
                          "partition columns instead (tl.Dataset(table.scan(row_filter=...)))")
-    kept = kept_files(files.paths, files.bases, _given_key_types(files, partition_types), filters, files.directory,
-                      _stored_columns_of_one(files))
+    given, stored = _given_key_types(files, partition_types), _stored_columns_of_one(files)
+    kept, types = kept_files(files.paths, files.bases, given, filters, files.directory, stored)
+    # A key typed from its folders' values keeps the type all of them give: dropping `zip=01234`
+    # must not make the other zips numbers (a fitted workflow would then refuse the dataset).
+    inferred = {} if isinstance(given, str) else {name: str(t) for name, t in types.items()
+                                                   if name not in (given or {}) and not any(name in s for s in stored)}
     return dataclasses.replace(files, paths=[files.paths[i] for i in kept], bases=[files.bases[i] for i in kept],
-                               urls=[files.urls[i] for i in kept])
+                               urls=[files.urls[i] for i in kept], key_types={**files.key_types, **inferred})
 
 
 def _stored_columns_of_one(files: FileSet) -> list[dict[str, Any]]:

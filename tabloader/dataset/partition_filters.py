@@ -79,12 +79,12 @@ def _condition(item: Any) -> Condition:
 
 
 def kept_files(paths: Sequence[str], bases: Sequence[str], partition_types: Any, filters: Any,
-               where: str, stored: Sequence[Any] = ()) -> list[int]:
+               where: str, stored: Sequence[Any] = ()) -> tuple[list[int], dict[str, Any]]:
     """The positions of the files (``paths``, found under ``bases``) whose partition keys pass
-    ``filters``, the keys typed as the dataset types them (``stored``: column types of files
-    that may store keys, see :func:`~tabloader.dataset.parquet_layout.hive_keys`); ``where``
-    names the dataset in errors (a filter on a column that is not a key, a value the key's type
-    cannot hold, no file kept)."""
+    ``filters``, and the keys' types, typed as the dataset types them (``stored``: column types
+    of files that may store keys, see :func:`~tabloader.dataset.parquet_layout.hive_keys`);
+    ``where`` names the dataset in errors (a filter on a column that is not a key, a value the
+    key's type cannot hold, no file kept)."""
     conjunctions = as_conditions(filters)
     types, keys = hive_keys(paths, bases, partition_types, stored)
     typed = [[_typed(c, types, where) for c in conjunction] for conjunction in conjunctions]
@@ -94,7 +94,7 @@ def kept_files(paths: Sequence[str], bases: Sequence[str], partition_types: Any,
     if not kept:
         raise ValueError(f"filters={filters!r} keep none of the {len(paths)} files of {where}; its keys take the values "
                          f"{_values(keys)}")
-    return kept
+    return kept, types
 
 
 def _typed(condition: Condition, types: dict[str, Any], where: str) -> Condition:
@@ -116,6 +116,12 @@ def _as_type(condition: Condition, value: Any, kind: Any) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and (
             pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         return value  # numbers compare as numbers: a bound past the key's int32 range is a bound still
+    if (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not isinstance(value, str):
+        # as text, 7 > "10" and 7 != "07": refused rather than compared in an order nobody meant
+        raise ValueError(f"filters: {(condition.key, condition.op, condition.value)!r}: the key {condition.key!r} is "
+                         f"text (some folder values do not read as numbers or dates exactly: a leading zero, an "
+                         f"integer past int64...), so {value!r} would compare as text; give the value as the folders "
+                         f"spell it, or type the key, such as partition_types={{{condition.key!r}: 'int32'}}")
     try:
         return pa.scalar(value).cast(kind).as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, OverflowError) as exc:
