@@ -103,6 +103,11 @@ class Plan:
         """False when an operator may drop rows (a filter)."""
         return all(n.op.preserves_rows for n in self._columns if isinstance(n, OpNode))
 
+    @property
+    def keeps_input_rows(self) -> bool:
+        """False when an operator makes rows of its own (groups), which have no input row's label."""
+        return all(n.op.keeps_input_rows for n in self._columns if isinstance(n, OpNode))
+
     def evaluate(self, frame: Any, node: Node | None = None, memo: dict[int, Any] | None = None) -> Any:
         """The output of ``node`` (default: the graph's) for one input partition.
 

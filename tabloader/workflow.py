@@ -150,18 +150,41 @@ class Workflow:
                                         self.plan_.preserves_rows)
         if backend.is_frame(data):
             self._check_input(list(data.columns), "DataFrame")
-            return self.transform_frame(data)
+            return self._transform_in_memory(data)
         meta = getattr(data, "_meta", None)  # a Dask frame's partitions stay on their device
         return self.transform(Dataset(data, device=None if meta is None else backend.frame_device(meta))).to_ddf()
 
     def fit_transform(self, data: Any) -> Any:
         return self.fit(data).transform(data)
 
+    def _transform_in_memory(self, frame: Any) -> Any:
+        """A DataFrame's rows transformed numbered from 0, as a Dataset of it numbers them at fit:
+        TargetEncoding's folds hash that number, and by its own labels a row took another fold
+        than at fit and saw its own target. The caller's labels go back on the output."""
+        labels = frame.index
+        if isinstance(labels, backend.dataframe_lib(backend.frame_device(frame)).RangeIndex) and \
+                labels.start == 0 and labels.step == 1:
+            return self.transform_frame(frame)
+        return self._transform_numbered(frame)
+
     def transform_frame(self, frame: Any) -> Any:
-        """Transform one in-memory partition."""
+        """Transform one in-memory partition (its rows keyed by their labels, or by their position
+        where labels repeat: branches join on the key)."""
+        if not frame.index.is_unique:
+            return self._transform_numbered(frame)
         plan = self._fitted(self.plan_)
         out = plan.evaluate(_lists_as_fitted(frame, self.input_schema_))[plan.output_columns]
         return backend.to_frame_device(out, backend.frame_device(frame))  # after a host-only operator too
+
+    def _transform_numbered(self, frame: Any) -> Any:
+        """``frame`` transformed with its rows numbered from 0, then given back their labels (as
+        pandas users align by them): a dropped row's label goes with it; groups have none."""
+        out = self.transform_frame(_rows_numbered(frame))
+        if self.plan_.preserves_rows:
+            out.index = frame.index
+        elif self.plan_.keeps_input_rows:  # some rows dropped: a kept row's number is its position
+            out.index = frame.index.take(out.index.values)
+        return out
 
     def inverse_transform(self, frame: Any, oov: Any = None, padding: Any = None) -> Any:
         """Encoded ids of ``frame`` (a pandas or cuDF DataFrame of the workflow's output, or of some
@@ -258,6 +281,13 @@ class Workflow:
         return wf
 
 
+def _rows_numbered(frame: Any) -> Any:
+    """``frame`` (the same columns, not copied) with its rows numbered from 0."""
+    numbered = frame.copy(deep=False)
+    numbered.index = backend.dataframe_lib(backend.frame_device(frame)).RangeIndex(len(frame))
+    return numbered
+
+
 class _PartialStats:
     """Partial statistics of the given stat nodes on one partition (a picklable task); an error
     names the partition (``where``)."""
@@ -267,6 +297,8 @@ class _PartialStats:
 
     def __call__(self, frame: Any, where: str) -> list[Any]:
         memo: dict[int, Any] = {}  # nodes the stat nodes share run once
+        if not frame.index.is_unique:  # keyed by position, as transform_frame keys them
+            frame = _rows_numbered(frame)
         try:
             return [n.op.fit_partial(self.plan.columns(n).input, self.plan.operator_input(n, frame, memo))
                     for n in self.nodes]

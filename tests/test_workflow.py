@@ -703,6 +703,42 @@ def test_transform_of_a_dataframe_missing_a_column_names_it():
         wf.transform(frame[["x"]])
 
 
+def test_target_encoding_of_a_frame_with_its_own_index_hides_each_rows_target():
+    """After train_test_split or df.sample a frame's labels are not 0..n-1. Fit numbers its rows
+    from 0, so transform must too: by the labels a row took another fold than at fit and its own
+    target leaked into its feature. One row per user: out of fold, every value is the mean."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"user": np.arange(1000), "label": rng.integers(0, 2, 1000)},
+                         index=rng.permutation(5000)[:1000])
+    wf = Workflow(["user"] >> ops.TargetEncoding("label", kfold=5, p_smooth=1), progress=False)
+    out = wf.fit_transform(frame)
+    np.testing.assert_allclose(out["TE_user_label"].to_numpy(), frame["label"].mean(), rtol=1e-6)
+    assert out.index.equals(frame.index)
+
+
+@pytest.mark.parametrize("source", ["pandas", "dask"])
+def test_repeated_index_labels_transform_as_a_fresh_index_and_keep_their_labels(source):
+    """pd.concat without ignore_index repeats labels; branches join by label, which failed."""
+    import dask.dataframe as dd
+
+    part = pd.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0], "y": [7, 8, 9]})
+    frame = pd.concat([part, part.iloc[::-1]])
+    graph = (["c"] >> ops.Categorify()) + (["x"] >> ops.Normalize()) + ["y"]
+    expected = Workflow(graph, progress=False).fit_transform(frame.reset_index(drop=True))
+    wf = Workflow(graph, progress=False)
+    if source == "pandas":
+        out = wf.fit_transform(frame)
+        assert list(out.index) == [0, 1, 2, 2, 1, 0]
+    else:
+        out = wf.fit_transform(dd.from_pandas(frame, npartitions=1, sort=False)).compute()
+    pd.testing.assert_frame_equal(out.reset_index(drop=True), expected)
+
+
+def test_a_filtered_frame_keeps_the_labels_of_its_kept_rows():
+    frame = pd.DataFrame({"a": [1.0, -1.0, 2.0, -2.0]}, index=[10, 11, 10, 13])
+    out = Workflow(["a"] >> ops.Filter(lambda df: df["a"] > 0), progress=False).fit_transform(frame)
+    assert list(out.index) == [10, 10] and out["a"].tolist() == [1.0, 2.0]
+
 def test_a_persisted_or_shuffled_dask_frame_is_fit_and_transformed_under_a_client():
     """A Dask DataFrame persisted on a cluster (its partitions are futures there) or shuffled:
     the workflow's tasks take the collection's own partitions, rather than computing each one

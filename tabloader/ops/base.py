@@ -59,6 +59,8 @@ class Operator(metaclass=_OperatorType):
 
     #: False for operators that can drop rows (filters); row counts then need a pass.
     preserves_rows: bool = True
+    #: False for operators whose rows are new ones (Groupby's groups), not some of their input's.
+    keeps_input_rows: bool = True
     #: Tags added to (and removed from) every output column.
     output_tags: tuple[str, ...] = ()
     remove_tags: tuple[str, ...] = ()

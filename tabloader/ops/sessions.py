@@ -51,6 +51,7 @@ class Groupby(Operator):
     """
 
     preserves_rows = False
+    keeps_input_rows = False
     device_note = ("Sorts, groups and reduces with cuDF; list aggregations are built on the device from the "
                    "grouped rows' offsets (backend.build_list).")
 

@@ -6,9 +6,10 @@ category, and ``global_mean`` is the target's mean over all rows at fit.
 
 K-fold: every row has a fold, a deterministic function of its index label,
 ``fold = splitmix64(fold_seed * 31 + label) % kfold`` (:func:`fold_of`), where ``label`` is
-the row's label in the partition's integer index (for a :class:`~tabloader.Dataset` built from
-a DataFrame, the row number in that frame; for files, the position in the partition; for a
-non-integer index, the position in the partition). Fit keeps the statistics per fold; at
+the row's label in the partition's integer index (for a DataFrame, fit as a
+:class:`~tabloader.Dataset` or transformed directly, the row number in that frame, whatever its
+own index; for files, the position in the partition; for a non-integer or repeated index, the
+position in the partition). Fit keeps the statistics per fold; at
 transform a row of fold ``f`` is encoded with the statistics of the other folds only, so a
 training row's own target never leaks into its feature. Fit and transform of the same Dataset
 therefore agree on every row's fold, whatever the partitioning of a DataFrame source.
