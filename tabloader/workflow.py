@@ -56,6 +56,7 @@ class Workflow:
         self.plan_: Plan | None = None
         self.input_schema_: Schema | None = None
         self.output_schema_: Schema | None = None
+        self._fits = 0  # fits begun: a transformed Dataset checks that its fit is still the workflow's
         ops = [n.op for n in self.output_node.walk() if isinstance(n, OpNode)]
         if len({id(o) for o in ops}) != len(ops):
             raise ValueError("one operator instance is used twice in the graph; create one per use")
@@ -90,16 +91,34 @@ class Workflow:
         dataset = _as_dataset(data)
         progress = self.progress if progress is None else progress
         plan = Plan.resolve(self.output_node, dataset.schema)
+        earlier = [(node.op, node.op.get_state()) for node in self.stat_nodes] if self.is_fitted else []
+        fitted = self.plan_, self.input_schema_, self.output_schema_
+        self._fits += 1
+        try:
+            for node in self.stat_nodes:
+                node.op.clear()
+            for phase, nodes in enumerate(self._fit_phases()):
+                self._fit_phase(plan, dataset, nodes, f"fit phase {phase + 1}" if phase else "fit", progress)
+            # Resolved again: an operator may choose its columns from fitted statistics (DropLowCardinality).
+            plan = Plan.resolve(self.output_node, dataset.schema)
+            input_schema = dataset.schema.select_by_name(plan.input_columns)
+            # The operators declare the output schema again now: its properties (cardinality...) come from fitted state.
+            declared = self.output_node.resolve(dataset.schema)
+            self.plan_, self.input_schema_ = plan, input_schema
+            self.output_schema_ = self._with_actual_dtypes(declared, dataset)
+        except BaseException:
+            self._restore(earlier)  # a failed fit loses nothing: the earlier fit (or none) stands
+            self.plan_, self.input_schema_, self.output_schema_ = fitted
+            self._fits -= 1
+            raise
+        return self
+
+    def _restore(self, states: list[tuple[Any, Any]]) -> None:
+        """The operators' fitted ``states`` back (none: every statistical operator unfitted)."""
         for node in self.stat_nodes:
             node.op.clear()
-        for phase, nodes in enumerate(self._fit_phases()):
-            self._fit_phase(plan, dataset, nodes, f"fit phase {phase + 1}" if phase else "fit", progress)
-        # Resolved again: an operator may choose its columns from fitted statistics (DropLowCardinality).
-        self.plan_ = plan = Plan.resolve(self.output_node, dataset.schema)
-        self.input_schema_ = dataset.schema.select_by_name(plan.input_columns)
-        # The operators declare the output schema again now: its properties (cardinality...) come from fitted state.
-        self.output_schema_ = self._with_actual_dtypes(self.output_node.resolve(dataset.schema), dataset)
-        return self
+        for op, state in states:
+            op.set_state(state)
 
     def _fit_phases(self) -> list[list[OpNode]]:
         """Stat nodes grouped so that each group depends only on stat nodes of earlier groups."""
@@ -146,8 +165,8 @@ class Workflow:
         if isinstance(data, Dataset):
             self._check_input(data.schema.column_names, "data")
             coded = data.with_coded_strings(self.plan_.encoded_only_columns)  # the encoders read their codes
-            return coded.with_transform(self.transform_frame, self.output_schema, self.input_columns,
-                                        self.plan_.preserves_rows)
+            return coded.with_transform(_FitTransform(self), self.output_schema, self.input_columns,
+                                        self.plan_.preserves_rows, self.progress)
         if backend.is_frame(data):
             self._check_input(list(data.columns), "DataFrame")
             return self._transform_in_memory(data)
@@ -279,6 +298,21 @@ class Workflow:
         wf = cls(plan.output)
         wf.plan_, wf.input_schema_, wf.output_schema_ = plan, input_schema, output_schema
         return wf
+
+
+class _FitTransform:
+    """A workflow's transform of a partition, as fit when a Dataset was transformed: a lazy
+    Dataset made before a refit would read rows encoded by the new fit under the old schema
+    (an id past the cardinality it shows), or mix both fits in one output."""
+
+    def __init__(self, workflow: Workflow) -> None:
+        self.workflow, self.fit_number = workflow, workflow._fits
+
+    def __call__(self, frame: Any) -> Any:
+        if self.workflow._fits != self.fit_number:
+            raise RuntimeError("the workflow was fit again after this Dataset was made by its transform(); "
+                               "call transform() again for the rows of the new fit")
+        return self.workflow.transform_frame(frame)
 
 
 def _rows_numbered(frame: Any) -> Any:

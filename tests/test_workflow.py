@@ -577,6 +577,20 @@ def test_progress_off_prints_nothing(capsys, parquet_dir, tmp_path):
     assert captured.err == "" and captured.out == ""
 
 
+def test_a_workflows_progress_off_covers_the_writes_of_its_transforms(capsys, parquet_dir, tmp_path, monkeypatch):
+    """Workflow(progress=False) covers fit and the writes of its transformed datasets; a
+    write's own progress= decides over it."""
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto.tqdm, "__init__", _no_delay(tqdm.auto.tqdm.__init__))
+    ds = Dataset(parquet_dir, part_size=1000)
+    wf = Workflow(["a"] >> T.Center(), progress=False).fit(ds)
+    wf.transform(ds).to_parquet(str(tmp_path / "o"))
+    assert capsys.readouterr().err == ""
+    wf.transform(ds).to_parquet(str(tmp_path / "p"), progress=True)
+    assert "writing" in capsys.readouterr().err
+
+
 def test_progress_on_shows_a_bar(capsys, parquet_dir, tmp_path, monkeypatch):
     import tqdm.auto
 
@@ -738,6 +752,31 @@ def test_a_filtered_frame_keeps_the_labels_of_its_kept_rows():
     frame = pd.DataFrame({"a": [1.0, -1.0, 2.0, -2.0]}, index=[10, 11, 10, 13])
     out = Workflow(["a"] >> ops.Filter(lambda df: df["a"] > 0), progress=False).fit_transform(frame)
     assert list(out.index) == [10, 10] and out["a"].tolist() == [1.0, 2.0]
+
+def test_a_dataset_transformed_before_a_refit_refuses_to_read_rows_of_the_new_fit(frame):
+    """Its schema (cardinality) is the old fit's: rows of the new fit would overflow an embedding
+    sized from it, and a write during the refit would mix both fits."""
+    wf = Workflow(["c"] >> ops.Categorify(), progress=False).fit(pd.DataFrame({"c": ["a", "b"]}))
+    train = wf.transform(Dataset(pd.DataFrame({"c": ["a", "b"]})))
+    assert train.compute()["c"].tolist() == [3, 4]
+    wf.fit(pd.DataFrame({"c": ["x", "y", "z", "a", "a"]}))
+    with pytest.raises(RuntimeError, match=r"fit again after this Dataset was made .* call transform\(\) again"):
+        train.compute()
+    assert wf.transform(Dataset(pd.DataFrame({"c": ["a", "b"]}))).compute()["c"].tolist() == [3, 2]
+
+
+def test_a_failed_refit_keeps_the_earlier_fit(frame):
+    """Bad input loses nothing: a refit that fails leaves the workflow (and datasets it
+    transformed) as the earlier fit made them."""
+    wf = Workflow((["c"] >> ops.Categorify()) + (["x"] >> ops.Normalize()), progress=False)
+    good = pd.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
+    expected = wf.fit_transform(good)
+    train = wf.transform(Dataset(good))
+    with pytest.raises(TypeError, match="'x'"):
+        wf.fit(pd.DataFrame({"c": ["z"], "x": ["text"]}))  # fails in the middle of the fit
+    assert wf.is_fitted
+    pd.testing.assert_frame_equal(wf.transform(good), expected)
+    pd.testing.assert_frame_equal(train.compute(), expected)
 
 def test_a_persisted_or_shuffled_dask_frame_is_fit_and_transformed_under_a_client():
     """A Dask DataFrame persisted on a cluster (its partitions are futures there) or shuffled:

@@ -126,6 +126,7 @@ class Dataset:
                                     read_kwargs)
         self.engine = self._source.engine or engine
         self._transforms: tuple[PartitionTransform, ...] = ()
+        self._progress = True  # the default of to_parquet's bar (a workflow's transform passes its own)
         sizes = self._source.partition_sizes()
         self._num_rows: int | None = None if sizes is None else sum(sizes)
         self._schema = self._infer_schema(schema)
@@ -289,16 +290,19 @@ class Dataset:
 
     # --- transforms -------------------------------------------------------------------------
     def with_transform(self, function: Callable[[Any], Any], schema: Schema,
-                       input_columns: Sequence[str] | None = None, preserves_rows: bool = True) -> "Dataset":
+                       input_columns: Sequence[str] | None = None, preserves_rows: bool = True,
+                       progress: bool | None = None) -> "Dataset":
         """A new Dataset that applies ``function`` to each partition as it is read.
 
         ``schema`` is the schema of the transformed rows; ``input_columns`` the columns the
-        function reads (the reader loads only those).
+        function reads (the reader loads only those); ``progress`` the default of
+        :meth:`to_parquet`'s bar (None: this dataset's).
         """
         if self._transforms and input_columns is not None:
             input_columns = None  # the first transform decides which columns are read
         return self._replaced(_transforms=self._transforms + (PartitionTransform(
-            function, tuple(input_columns) if input_columns is not None else None, preserves_rows),), _schema=schema)
+            function, tuple(input_columns) if input_columns is not None else None, preserves_rows),), _schema=schema,
+            _progress=self._progress if progress is None else progress)
 
     def with_coded_strings(self, columns: Sequence[str]) -> "Dataset":
         """This dataset, with the string ``columns`` read as dictionary codes (an arrow dictionary
@@ -331,7 +335,7 @@ class Dataset:
     # --- writing ----------------------------------------------------------------------------
     def to_parquet(self, path: str, output_files: int | None = None, shuffle: bool = False,
                    row_group_size: int | None = None, overwrite: bool = False, seed: int | None = None,
-                   progress: bool = True, compression: str = "snappy",
+                   progress: bool | None = None, compression: str = "snappy",
                    partition_on: Sequence[str] | None = None) -> str:
         """Write the rows as parquet files plus ``_schema.json``, atomically.
 
@@ -351,7 +355,8 @@ class Dataset:
                 cuDF's, whose writer groups rows in whole 5,000-row fragments: a smaller size warns).
             overwrite: replace an existing directory (only after the new one is complete).
             seed: seed of the shuffle.
-            progress: show a progress bar.
+            progress: show a progress bar (default: yes, or as the workflow that transformed this
+                dataset says, ``Workflow(progress=...)``).
             partition_on: write these columns as ``key=value`` folders (Hive's and Spark's
                 layout: ``dt=2024-12-01/part_00000.parquet``), each file holding the rows of
                 one combination of their values, without the key columns; integer, string,
@@ -372,6 +377,7 @@ class Dataset:
         """
         from tabloader.dataset.writing import write_parquet
 
+        progress = getattr(self, "_progress", True) if progress is None else progress  # older pickles lack it
         return write_parquet(self, path, output_files, shuffle, row_group_size, overwrite, seed, progress, compression,
                              partition_on)
 
