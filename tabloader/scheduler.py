@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import uuid
 from collections import defaultdict
 from typing import Any, Callable, Sequence
@@ -108,21 +109,38 @@ def compute_tasks(tasks: Sequence[Any], desc: str, progress: bool = True, device
     # thread that made it uses: a DDP rank on cuda:1 would preprocess on cuda:0).
     on_gpu = not backend.is_host(device) and backend.cuda_available()  # no CUDA query for host work
     context = device_context(device) if on_gpu else contextlib.nullcontext
+    stop = threading.Event()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tabloader",
-                                                 initializer=_enter, initargs=(context,))
+                                                 initializer=_enter, initargs=(context, stop))
     try:
         with tqdm(desc=desc, disable=not progress, unit="task", delay=0.5) as bar, _TaskProgress(bar), \
                 retained_freed_memory():
             # The threaded scheduler's get itself: naming it "threads" makes Dask import distributed
             # (~0.2 s) to look for a client, which client_or_none has already done without importing.
             return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool, num_workers=num_workers))
+    except BaseException:
+        stop.set()  # a task at work on many partitions (a file's writer) stops at the next one: Ctrl-C is prompt
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _enter(context: Callable[[], Any]) -> None:
-    """(a pool thread, once) Enter ``context()`` for the thread's whole life."""
+_POOL_THREAD = threading.local()
+
+
+def _enter(context: Callable[[], Any], stop: threading.Event) -> None:
+    """(a pool thread, once) Enter ``context()`` for the thread's whole life, and keep the
+    pool's ``stop`` event for :func:`check_not_stopped`."""
+    _POOL_THREAD.stop = stop
     context().__enter__()
+
+
+def check_not_stopped() -> None:
+    """(in a task) Raise when the compute running this task has failed or was interrupted, so
+    that a task working through many partitions stops between them rather than finishing."""
+    stop = getattr(_POOL_THREAD, "stop", None)
+    if stop is not None and stop.is_set():
+        raise concurrent.futures.CancelledError("the compute running this task was interrupted or failed")
 
 
 def _compute_distributed(client: Any, tasks: Sequence[Any], desc: str, progress: bool) -> list[Any]:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import fsspec
@@ -427,6 +428,31 @@ def test_a_read_error_inside_a_write_is_not_called_a_write_error(tmp_path):
     assert "cannot write" not in str(info.value)
     assert os.listdir(tmp_path) == []
 
+
+def test_a_failed_write_stops_its_other_files_writers_at_their_next_partition(tmp_path):
+    """A file's writer reads its partitions one after another: once the write failed (or Ctrl-C
+    stopped it), the other writers stop at their next partition rather than finish their files
+    (`--output-files 1` over hours of data did not stop for hours). The old output stays."""
+    import dask
+
+    read = []
+
+    def read_partition(part):
+        if len(part) and part["user"].iloc[0] == 0:
+            raise ValueError("a bad partition")
+        if len(part):
+            read.append(int(part["user"].iloc[0]))
+            time.sleep(0.02)
+        return part
+
+    ds = Dataset(pd.DataFrame({"user": np.arange(20_000)}), part_size="1600B")
+    assert ds.npartitions >= 80
+    write_dataset(str(tmp_path / "out"))
+    with dask.config.set(num_workers=2), pytest.raises(ValueError, match="a bad partition"):
+        ds.with_transform(read_partition, ds.schema).to_parquet(str(tmp_path / "out"), output_files=2, overwrite=True,
+                                                                 progress=False)
+    assert len(read) < ds.npartitions // 4, read
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out").sort_values("user", ignore_index=True), FRAME)
 
 # --- temporaries left by killed writers ---------------------------------------------------------
 def test_a_killed_writer_s_temporary_is_removed_by_the_next_write(tmp_path):

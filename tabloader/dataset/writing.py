@@ -99,8 +99,10 @@ class _Partitions:
 
     def __call__(self, indexes: list[int], computed: list[Any] | None) -> Iterator[Any]:
         from tabloader.dataset.core import read_partition_naming_it
+        from tabloader.scheduler import check_not_stopped
 
         for position, index in enumerate(indexes):
+            check_not_stopped()
             frame = read_partition_naming_it(self.dataset, index) if computed is None else computed[position]
             yield _shuffled(frame, index, self.shuffle, self.seed)
 
