@@ -53,8 +53,8 @@ class _TaskProgress(Callback):
         self._bar = bar
 
     def _start_state(self, dsk: Any, state: Any) -> None:
+        # No refresh: it would show the bar before its delay, and tqdm then leaves it at 0% unended.
         self._bar.total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
-        self._bar.refresh()
 
     def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         self._bar.update(1)

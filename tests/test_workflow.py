@@ -603,6 +603,13 @@ def test_progress_on_shows_a_bar(capsys, parquet_dir, tmp_path, monkeypatch):
     assert "fit" in capsys.readouterr().err
 
 
+def test_a_quick_fit_leaves_no_unfinished_bar(capsys, parquet_dir):
+    """A bar waits half a second before it shows: quick work shows none (or, on a slow machine,
+    a finished one), not a bar stuck at 0% with the next output on its line."""
+    Workflow(["a"] >> T.Center(), progress=True).fit(Dataset(parquet_dir))
+    err = capsys.readouterr().err
+    assert err == "" or ("100%" in err and err.endswith("\n")), repr(err)
+
 def _no_delay(init):
     def wrapped(self, *args, **kwargs):
         kwargs["delay"] = 0
