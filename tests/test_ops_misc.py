@@ -270,6 +270,21 @@ def test_difference_lag_matches_groupby_diff(frame, tmp_path):
         DifferenceLag("user", shift=0)
 
 
+
+@pytest.mark.parametrize("dtype", ["int64", "Int64"])
+def test_difference_lag_of_large_integers_is_exact(dtype):
+    """Nanosecond timestamps as int64 (~1.7e18) lose their last 8 bits as float64: integers are
+    subtracted as integers, nulls give NaN."""
+    ts = np.array([1_717_243_200_000_000_001, 1_717_243_200_000_000_002, 1_717_243_200_000_000_300,
+                   1_717_243_200_000_000_301])
+    frame = pd.DataFrame({"user": [1, 1, 1, 1], "ts": pd.array(ts, dtype=dtype)})
+    if dtype == "Int64":
+        frame.loc[3, "ts"] = pd.NA
+    out = DifferenceLag("user", shift=[1, -1]).transform(["ts"], frame)
+    later = [np.nan, 1.0, 298.0, 1.0 if dtype == "int64" else np.nan]
+    np.testing.assert_array_equal(out["ts_difference_lag_1"].to_numpy(), later)
+    np.testing.assert_array_equal(out["ts_difference_lag_-1"].to_numpy(), [-v for v in later[1:]] + [np.nan])
+
 # --- ValueCount, ListSlice --------------------------------------------------------------------
 def test_value_count_min_max_lengths(frame, tmp_path):
     lengths = [len(x) for x in frame["genres"].tolist() if x is not None and x is not pd.NA]

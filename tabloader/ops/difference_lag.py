@@ -71,19 +71,10 @@ class DifferenceLag(Operator):
                 same = eq if same is None else same & eq
             same_values = backend.column_values(same.astype(bool))
             for col in cols:
-                series = frame[col]
-                x = backend.column_values(series, "float32" if series.dtype == np.float32 else "float64")
-                xp = backend.array_lib(x)
-                diff = xp.full(x.shape, xp.nan, dtype=x.dtype)
-                n = len(x)
-                if abs(s) < n:
-                    if s > 0:
-                        diff[s:] = x[s:] - x[:-s]
-                    else:
-                        diff[:s] = x[:s] - x[-s:]
+                diff = _lagged_difference(frame[col], s)
                 # where, not diff[~same_values] = nan: on CuPy that reads the mask's count back
-                diff = xp.where(same_values, diff, diff.dtype.type(np.nan))
-                out[f"{col}_difference_lag_{s}"] = diff
+                xp = backend.array_lib(diff)
+                out[f"{col}_difference_lag_{s}"] = xp.where(same_values, diff, diff.dtype.type(np.nan))
         return backend.frame_from_columns(out, frame.index, like=frame)
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
@@ -94,3 +85,26 @@ class DifferenceLag(Operator):
             col = ColumnSchema(name, tags={Tags.CONTINUOUS})
             out.append(col)
         return Schema(out)
+
+
+def _lagged_difference(series: Any, shift: int) -> Any:
+    """``series[i] - series[i - shift]`` as floats (NaN where either is null or out of range).
+    Integers are subtracted as int64 first: as float64, nanosecond timestamps (~1.7e18) lose
+    their last 8 bits, so a difference of 1 ns came out 0."""
+    exact = series.dtype.kind in "iu" and not (series.dtype.kind == "u" and series.dtype.itemsize == 8)
+    if exact:
+        x = backend.column_values(series.fillna(0).astype("int64"))
+        missing = backend.column_values(series.isna())  # not hasnans: on cuDF a read back
+        dtype = np.float64
+    else:
+        x = backend.column_values(series, "float32" if series.dtype == np.float32 else "float64")
+        missing, dtype = None, x.dtype
+    xp = backend.array_lib(x)
+    diff = xp.full(x.shape, xp.nan, dtype=dtype)
+    n, k = len(x), abs(shift)
+    if k < n:
+        later, earlier = (slice(k, None), slice(None, n - k)) if shift > 0 else (slice(None, n - k), slice(k, None))
+        diff[later] = (x[later] - x[earlier]).astype(dtype)
+        if missing is not None:
+            diff[later] = xp.where(missing[later] | missing[earlier], np.nan, diff[later])
+    return diff
