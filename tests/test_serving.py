@@ -444,6 +444,17 @@ def test_workflows_a_server_refuses():
         server.transform({"i": [1, None]})
 
 
+@pytest.mark.parametrize("rows, where", [([[1, 2], [3], None, [None]], "a null list in row 2"),
+                                         ([[1, 2], [3, None], None], "a null element in row 1")])
+def test_a_null_in_a_list_output_is_refused_naming_its_row(rows, where):
+    from tabloader.serving import Server
+
+    train = pd.DataFrame({"l": pd.arrays.ArrowExtensionArray(pa.array([[1, 2], [3]], pa.list_(pa.int64())))})
+    server = Server(tl.Workflow(["l"] >> ops.Rename(postfix="_raw"), progress=False).fit(train))
+    with pytest.raises(ValueError, match=f"output column 'l_raw' holds {where}"):
+        server.transform({"l": rows})
+
+
 def test_serving_imports_no_framework():
     code = ("import sys, pandas as pd, tabloader as tl; from tabloader import ops; from tabloader.serving import Server;"
             "wf = tl.Workflow(['x'] >> ops.LogOp, progress=False).fit(pd.DataFrame({'x': [1.0]}));"

@@ -254,6 +254,19 @@ def from_arrow_elements(values: Any) -> Column:
     return Column(filled.to_numpy(zero_copy_only=False), mask, nullable=mask is not None)
 
 
+def _first_null_list(lists: Any, offsets: np.ndarray, flat: Any) -> str:
+    """Where the first null of a list column (pyarrow) is, in words: a null list, or a null
+    element, and its row."""
+    null_rows = np.flatnonzero(lists.is_null().to_numpy(zero_copy_only=False))
+    null_elements = np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False)) + offsets[0]
+    rows_with_null_elements = np.searchsorted(offsets, null_elements, side="right") - 1
+    first_list = int(null_rows[0]) if null_rows.size else len(offsets)
+    first_element = int(rows_with_null_elements[0]) if rows_with_null_elements.size else len(offsets)
+    if first_list <= first_element:
+        return f"a null list in row {first_list}"
+    return f"a null element in row {first_element}"
+
+
 def model_array(name: str, col: Column) -> Any:
     """A numpy array (a ``(values, offsets)`` pair for a list column) of an output column; a
     ValueError naming it where a null has no place (integers, booleans, lists)."""
@@ -270,8 +283,8 @@ def model_array(name: str, col: Column) -> Any:
         offsets = arr.offsets.to_numpy().astype(np.int64)
         flat = arr.values.slice(offsets[0], offsets[-1] - offsets[0])
         if arr.null_count or flat.null_count:
-            raise ValueError(f"output column {name!r} holds a null list or a null element: fill it in the workflow "
-                             "(FillMissing)")
+            raise ValueError(f"output column {name!r} holds {_first_null_list(arr, offsets, flat)}: fill it in the "
+                             "workflow (FillMissing)")
         elements = from_arrow_elements(flat)
         if elements.kind != "number":
             raise TypeError(f"output column {name!r} holds lists of strings; encode it in the workflow (Categorify)")
