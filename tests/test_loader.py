@@ -6,13 +6,16 @@ the ``device`` fixture (tests/conftest.py): the CPU here, and CUDA, marked ``gpu
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 import tracemalloc
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -505,6 +508,70 @@ def test_close_mid_epoch_stops_thread_and_next_epoch_starts(data):
     assert sorted(np.concatenate(epoch_ids(loader)).tolist()) == list(range(400))
     with Loader(tl.Dataset(data), 10) as again:
         assert len(list(again)) == 40
+
+
+def threads_since(before: set) -> list[str]:
+    """The loader threads (``tabloader-*``) alive now that were not in ``before``."""
+    return [t.name for t in threading.enumerate() if t not in before and t.name.startswith("tabloader-")]
+
+
+def freed_with_its_threads(loader_ref, before: set, seconds: float = 30) -> bool:
+    """Whether the loader behind ``loader_ref`` is freed and the threads it started have ended,
+    waiting up to ``seconds`` (collecting reference cycles meanwhile)."""
+    deadline = time.monotonic() + seconds
+    while loader_ref() is not None or threads_since(before):
+        if time.monotonic() > deadline:
+            return False
+        gc.collect()
+        time.sleep(0.02)
+    return True
+
+
+def abandon_an_epoch(loader, how: str, before: set) -> None:
+    """Stop iterating ``loader`` part-way, without closing it, as a training loop does (checking
+    that the epoch runs on threads of its own, started after ``before``)."""
+    if how == "break":
+        for i, _ in enumerate(loader):
+            if i == 2:
+                assert threads_since(before)
+                break
+    elif how == "exception":
+        with pytest.raises(ZeroDivisionError):
+            for i, _ in enumerate(loader):
+                if i == 2:
+                    assert threads_since(before)
+                    1 / 0
+    else:  # the docs' idiom for a look at one batch
+        assert next(iter(loader))[0]["id"].shape == (10,)
+
+
+@pytest.mark.parametrize("how", ["break", "exception", "next(iter(loader))"])
+def test_a_dropped_loader_whose_epoch_stopped_early_is_freed_and_its_threads_end(tmp_path, device, how):
+    """Leaving an epoch early (``break``, an exception, one ``next``) and dropping the loader
+    frees it, its chunk buffers and its prefetch and read threads, without ``close()``: the loader
+    held its running epoch, which the prefetch thread kept reachable, so every such loader lived
+    (and polled) until the process ended."""
+    path = write_dataset(tmp_path / "d", [500] * 4)
+    before = set(threading.enumerate())
+    loader = Loader(tl.Dataset(path, part_size=100 * ROW_BYTES), 10, parts_per_chunk=1, device=device)
+    abandon_an_epoch(loader, how, before)
+    loader_ref = weakref.ref(loader)
+    del loader
+    assert freed_with_its_threads(loader_ref, before), threads_since(before)
+
+
+def test_a_loader_in_a_reference_cycle_with_its_running_epoch_is_collected(data):
+    """The prefetch thread holds the loader only weakly: a loader that refers to its own running
+    epoch (here stored on it) is garbage once dropped, and collecting it ends the epoch's threads.
+    A thread is a root for the garbage collector, so a strong reference from it would keep the
+    cycle alive for ever."""
+    before = set(threading.enumerate())
+    loader = Loader(tl.Dataset(data, part_size=40 * ROW_BYTES), 10, parts_per_chunk=1)
+    loader.running = iter(loader)
+    next(loader.running)
+    loader_ref = weakref.ref(loader)
+    del loader
+    assert freed_with_its_threads(loader_ref, before), threads_since(before)
 
 
 def test_reading_partitions_ahead_on_several_threads_gives_the_same_batches(data, device, monkeypatch):

@@ -7,6 +7,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -18,7 +20,8 @@ torch = pytest.importorskip("torch")
 
 import tabloader as tl  # noqa: E402
 import tabloader.torch  # noqa: E402,F401
-from test_loader import ROW_BYTES, write_dataset  # noqa: E402
+from test_loader import (ROW_BYTES, abandon_an_epoch, freed_with_its_threads, threads_since,  # noqa: E402
+                         write_dataset)
 
 pytestmark = pytest.mark.torch
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,6 +121,18 @@ def test_train_loop_and_resume(data):
     fresh.load_state_dict(state)
     seen += [f["id"] for f, _ in fresh]
     assert sorted(torch.cat(seen).tolist()) == list(range(500))
+
+
+@pytest.mark.parametrize("how", ["break", "exception", "next(iter(loader))"])
+def test_a_dropped_loader_whose_epoch_stopped_early_is_freed_and_its_threads_end(data, how):
+    """As for the core loader (tests/test_loader.py): leaving an epoch early and dropping the
+    torch loader frees the core loader and ends its threads, without ``close()``."""
+    before = set(threading.enumerate())
+    loader = tl.torch.Loader(tl.Dataset(data, part_size=100 * ROW_BYTES), batch_size=10, parts_per_chunk=1)
+    abandon_an_epoch(loader, how, before)
+    core = weakref.ref(loader.loader)
+    del loader
+    assert freed_with_its_threads(core, before), threads_since(before)
 
 
 def test_bad_arguments_and_random_seed(data):

@@ -10,6 +10,7 @@ tf adapters hold one and only convert).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -29,9 +30,12 @@ from tabloader.sizes import parse_size
 class Loader:
     """Shuffled batches of a dataset as numpy (CPU) or CuPy (GPU) arrays, framework-free.
 
-    Each ``iter(loader)`` runs one epoch and the next ``iter`` the following epoch. A batch is
-    ``(features, target)``: ``features`` maps column name -> 1-D array (list columns: a
-    ``(values, offsets)`` pair, ``offsets`` int64 of length rows + 1, or a ``(rows, pad_to)``
+    Each ``iter(loader)`` runs one epoch and the next ``iter`` the following epoch. An epoch left
+    early (a ``break``, an exception) ends when its iterator is dropped, which stops its threads;
+    ``close()`` ends it at once.
+
+    A batch is ``(features, target)``: ``features`` maps column name -> 1-D array (list columns:
+    a ``(values, offsets)`` pair, ``offsets`` int64 of length rows + 1, or a ``(rows, pad_to)``
     array with ``lists=``); ``target`` is a 1-D array for one target column,
     ``(rows, n_targets)`` for several, or None.
 
@@ -133,7 +137,9 @@ class Loader:
         self._buffer: ChunkBuffer | None = None
         self._epoch, self._start_row = 0, 0
         self._current: list[int] | None = None  # [epoch, rows yielded] of the running epoch
-        self._active: Any = None
+        # The running epoch's iterator, held weakly: dropping it (a ``break``, an exception) ends
+        # the epoch and stops its threads at once, and the loader itself can then be freed.
+        self._active: weakref.ref[Iterator[Any]] | None = None
 
     # --- the plan and sizes --------------------------------------------------------------------
     @property
@@ -208,9 +214,9 @@ class Loader:
         epoch, start = self._epoch, self._start_row
         self._epoch, self._start_row = epoch + 1, 0
         self._current = [epoch, start]
-        generator = self._run(epoch, start, convert)
-        self._active = generator
-        return generator
+        running = self._run(epoch, start, convert)
+        self._active = weakref.ref(running)
+        return running
 
     def _run(self, epoch: int, start: int, convert: Callable[[Any], Any] | None
              ) -> Iterator[tuple[dict[str, Any], Any]]:
@@ -228,10 +234,13 @@ class Loader:
         # The consumer's GPU work so far, marked when it lets go of a chunk: the next chunk built
         # may reuse that chunk's memory (CuPy's pool reuses a block on the stream that allocated
         # it, the prefetch thread's), so its build waits, on the GPU, for what still reads it.
-        released = [None]
-        build = lambda spec: self._build(buffer, reads, spec, epoch, resident, released[0])  # noqa: E731
+        released, device = [None], self.device
+        # The prefetch thread holds the loader weakly: while this epoch runs its frame holds the
+        # loader, and the thread must not keep a dropped loader (and the epoch) alive.
+        loader = weakref.proxy(self)
+        build = lambda spec: loader._build(buffer, reads, spec, epoch, resident, released[0])  # noqa: E731
         # (marked on the consumer's thread inside next(batches) below, on the loader's device already)
-        mark = lambda: released.__setitem__(0, backend.work_queued(self.device))  # noqa: E731
+        mark = lambda: released.__setitem__(0, backend.work_queued(device))  # noqa: E731
         source = Prefetcher(build, specs, depth=1, released=mark) if self.prefetch else map(build, specs)
         batches = self.batcher.batches(map(_after_its_build, source), start, self.plan.rows_per_rank, convert)
         try:
@@ -331,10 +340,11 @@ class Loader:
 
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop a running epoch (and its prefetch thread). The loader stays usable."""
-        active, self._active = self._active, None
-        if active is not None:
-            active.close()
+        """Stop a running epoch (and its prefetch thread): its iterator ends. The loader stays usable."""
+        running = self._active() if self._active is not None else None
+        self._active = None
+        if running is not None:
+            running.close()
         self.reader._cache = None
 
     def __enter__(self) -> "Loader":
