@@ -574,6 +574,40 @@ def test_a_loader_in_a_reference_cycle_with_its_running_epoch_is_collected(data)
     assert freed_with_its_threads(loader_ref, before), threads_since(before)
 
 
+def test_a_new_iter_ends_the_running_epoch_and_its_iterator_raises_instead_of_stopping_short(data):
+    """A loader runs one epoch at a time (its epochs share the chunk buffer): a second
+    ``iter(loader)`` ends the first epoch, whose next ``next()`` raises -- it used to stop, so
+    ``zip(loader, loader)`` gave nothing and a loop running an evaluation pass over its own
+    loader silently skipped the rest of its epoch. The new epoch is whole and the loader's
+    position (``state_dict``) is the new epoch's. Only an unfinished epoch's iterator raises: a
+    finished one stays finished, and after a ``break`` the next epoch runs whole."""
+    loader = Loader(tl.Dataset(data, part_size=40 * ROW_BYTES), 10, shuffle=False, parts_per_chunk=1)
+    superseded = iter(loader)
+    assert host(next(superseded)[0]["id"]).tolist() == list(range(10))
+    running = iter(loader)
+    for _ in range(2):  # and stays so
+        with pytest.raises(RuntimeError, match=r"epoch 0 was ended by a new iter\(loader\).*use two Loaders"):
+            next(superseded)
+    assert host(next(running)[0]["id"]).tolist() == list(range(10))
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["rows"] == 10
+    assert np.concatenate([host(f["id"]) for f, _ in running]).tolist() == list(range(10, 400))
+
+    with pytest.raises(RuntimeError, match="one epoch at a time"):
+        list(zip(loader, loader))
+    with pytest.raises(RuntimeError, match="one epoch at a time"):
+        for i, _ in enumerate(loader):
+            if i == 1:
+                assert len(epoch_ids(loader)) == 40  # an evaluation pass over the same loader
+
+    finished = iter(loader)
+    assert len(list(finished)) == 40
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert next(finished, None) is None
+    assert np.concatenate(epoch_ids(loader)).tolist() == list(range(400))
+
+
 def test_reading_partitions_ahead_on_several_threads_gives_the_same_batches(data, device, monkeypatch):
     """``TABLOADER_READ_AHEAD=3`` decodes three partitions at once: the same batches, in the
     same order, as one at a time; every row once."""

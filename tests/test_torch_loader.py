@@ -135,6 +135,15 @@ def test_a_dropped_loader_whose_epoch_stopped_early_is_freed_and_its_threads_end
     assert freed_with_its_threads(core, before), threads_since(before)
 
 
+def test_a_second_iter_makes_the_first_raise(data):
+    """The torch loader runs the core loader's epochs, one at a time: a superseded epoch's
+    iterator raises rather than stopping short (tests/test_loader.py)."""
+    loader = tl.torch.Loader(tl.Dataset(data), batch_size=64)
+    with pytest.raises(RuntimeError, match=r"new iter\(loader\)"):
+        list(zip(loader, loader))
+    assert sum(len(target) for _, target in loader) == 500
+
+
 def test_bad_arguments_and_random_seed(data):
     with pytest.raises(ValueError, match="global_size must be an integer >= 1, got 0"):
         tl.torch.Loader(tl.Dataset(data), batch_size=64, global_size=0)

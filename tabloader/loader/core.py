@@ -10,8 +10,9 @@ tf adapters hold one and only convert).
 
 from __future__ import annotations
 
+import inspect
 import weakref
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -32,7 +33,8 @@ class Loader:
 
     Each ``iter(loader)`` runs one epoch and the next ``iter`` the following epoch. An epoch left
     early (a ``break``, an exception) ends when its iterator is dropped, which stops its threads;
-    ``close()`` ends it at once.
+    ``close()`` ends it at once. The loader runs one epoch at a time: a new ``iter`` ends the
+    running epoch, whose iterator then raises a RuntimeError (two loaders iterate at once).
 
     A batch is ``(features, target)``: ``features`` maps column name -> 1-D array (list columns:
     a ``(values, offsets)`` pair, ``offsets`` int64 of length rows + 1, or a ``(rows, pad_to)``
@@ -139,7 +141,7 @@ class Loader:
         self._current: list[int] | None = None  # [epoch, rows yielded] of the running epoch
         # The running epoch's iterator, held weakly: dropping it (a ``break``, an exception) ends
         # the epoch and stops its threads at once, and the loader itself can then be freed.
-        self._active: weakref.ref[Iterator[Any]] | None = None
+        self._active: weakref.ref[_Epoch] | None = None
 
     # --- the plan and sizes --------------------------------------------------------------------
     @property
@@ -210,16 +212,17 @@ class Loader:
             >>> [f["a"].tolist() for f, _ in loader.iterate(lambda array: array * 10)]
             [[0, 10], [20]]
         """
-        self.close()
         epoch, start = self._epoch, self._start_row
+        self._end_epoch(superseded_by=epoch)  # one epoch at a time: they share the chunk buffer
+        self.reader._cache = None
         self._epoch, self._start_row = epoch + 1, 0
         self._current = [epoch, start]
-        running = self._run(epoch, start, convert)
+        running = _Epoch(self._run(epoch, start, convert), epoch)
         self._active = weakref.ref(running)
         return running
 
     def _run(self, epoch: int, start: int, convert: Callable[[Any], Any] | None
-             ) -> Iterator[tuple[dict[str, Any], Any]]:
+             ) -> Generator[tuple[dict[str, Any], Any], None, None]:
         specs = [s for s in self.plan.chunks(epoch) if s.row_start + s.num_rows > start]
         buffer = self._chunk_buffer(max((s.num_rows for s in self.plan.chunks(epoch)), default=1))
         resident = self.resident.snapshot() if self.resident is not None else frozenset()
@@ -341,11 +344,14 @@ class Loader:
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop a running epoch (and its prefetch thread): its iterator ends. The loader stays usable."""
+        self._end_epoch()
+        self.reader._cache = None
+
+    def _end_epoch(self, superseded_by: int | None = None) -> None:
         running = self._active() if self._active is not None else None
         self._active = None
         if running is not None:
-            running.close()
-        self.reader._cache = None
+            running.end(superseded_by)
 
     def __enter__(self) -> "Loader":
         return self
@@ -363,6 +369,40 @@ class Loader:
         return (f"Loader(batch_size={self.batch_size}, batches={len(self)}, shuffle={self.shuffle}, "
                 f"seed={self.seed}, device={self.device!r}, rank={self.global_rank}/{self.global_size}, "
                 f"features={list(self.layout.features)}, target={list(self.layout.targets)})")
+
+
+class _Epoch:
+    """The iterator of one epoch, what ``iter(loader)`` returns: the batches of ``epoch``.
+
+    A new ``iter(loader)`` ends it (the loader runs one epoch at a time); its next ``next()``
+    then raises a RuntimeError rather than stopping as if the epoch were complete.
+    """
+
+    def __init__(self, batches: Generator[tuple[dict[str, Any], Any], None, None], epoch: int) -> None:
+        self._batches, self.epoch = batches, epoch
+        self._superseded_by: int | None = None
+
+    def __iter__(self) -> "_Epoch":
+        return self
+
+    def __next__(self) -> tuple[dict[str, Any], Any]:
+        if self._superseded_by is not None:
+            raise RuntimeError(f"this iterator of epoch {self.epoch} was ended by a new iter(loader), which started "
+                               f"epoch {self._superseded_by}: a Loader runs one epoch at a time. To iterate two at "
+                               "once (an evaluation pass inside a training loop, zip(loader, loader)), use two "
+                               "Loaders")
+        return next(self._batches)
+
+    def end(self, superseded_by: int | None = None) -> None:
+        """Stop the epoch (and its threads); with ``superseded_by``, the epoch that replaces it,
+        an unfinished epoch's next ``next()`` raises."""
+        if superseded_by is not None and inspect.getgeneratorstate(self._batches) != inspect.GEN_CLOSED:
+            self._superseded_by = superseded_by
+        self._batches.close()
+
+    def close(self) -> None:
+        """Stop the epoch: the iterator ends."""
+        self.end()
 
 
 def _integer(name: str, value: Any, minimum: int) -> int:
