@@ -439,6 +439,7 @@ def test_unknown_column_and_bad_rank(data):
     ({"global_size": 2.5}, r"global_size must be an integer >= 1, got 2.5"),
     ({"global_rank": -1, "global_size": 2}, r"global_rank must be an integer >= 0, got -1"),
     ({"global_rank": 1}, r"global_rank must be below global_size=1 \(not given\), got global_rank=1"),
+    ({"global_size": 2}, r"global_size=2 needs this process's global_rank as well \(0 to 1\)"),
     ({"seed": -1}, r"seed must be an integer >= 0, got -1"),
     ({"seed": 1.5}, r"seed must be an integer >= 0, got 1.5"),
     ({"seed": None, "global_rank": 0, "global_size": 2}, r"seed=None .* global_size=2 ranks"),

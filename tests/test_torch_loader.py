@@ -162,6 +162,20 @@ def test_import_does_not_pull_tensorflow():
                    env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
 
 
+def test_the_rank_or_size_not_given_comes_from_the_process_group(tmp_path, data):
+    """Under torch.distributed, global_size alone made every rank rank 0 (all read the same
+    rows), and global_rank alone a one-rank loader: the one not given is the group's."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        sized = tl.torch.Loader(tl.Dataset(data), batch_size=64, global_size=2)
+        assert (sized.loader.global_rank, sized.loader.global_size) == (0, 2)
+        ranked = tl.torch.Loader(tl.Dataset(data), batch_size=64, global_rank=0)
+        assert (ranked.loader.global_rank, ranked.loader.global_size) == (0, 1)
+    finally:
+        dist.destroy_process_group()
+
 @pytest.mark.slow
 def test_ddp_two_processes_gloo(tmp_path):
     rows = 1000 + 37  # uneven over 2 ranks and many partitions

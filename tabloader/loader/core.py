@@ -114,6 +114,9 @@ class Loader:
         self.shuffle, self.drop_last = _flag("shuffle", shuffle), _flag("drop_last", drop_last)
         self.prefetch = _flag("prefetch", prefetch)
         self.global_size = 1 if global_size is None else _integer("global_size", global_size, 1)
+        if global_rank is None and self.global_size > 1:  # every rank would read rank 0's rows
+            raise ValueError(f"global_size={global_size} needs this process's global_rank as well (0 to "
+                             f"{self.global_size - 1})")
         self.global_rank = 0 if global_rank is None else _integer("global_rank", global_rank, 0)
         if self.global_rank >= self.global_size:
             raise ValueError(f"global_rank must be below global_size={self.global_size}"

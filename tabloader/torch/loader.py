@@ -38,9 +38,9 @@ class Loader(torch.utils.data.IterableDataset):
     (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``torch.device``). On CUDA the core loader works on
     that GPU (CuPy) and tensors are shared with it by DLPack; where CuPy is not installed (or
     for other device types) it works on the host and batches are copied to ``device``. When
-    ``global_rank`` /
-    ``global_size`` are not given and ``torch.distributed`` is initialized, its rank and world
-    size are used, so every rank reads disjoint rows and yields the same number of batches.
+    ``torch.distributed`` is initialized, its rank and world size stand for ``global_rank`` and
+    ``global_size`` where they are not given, so every rank reads disjoint rows and yields the
+    same number of batches.
 
     ``len(loader)`` is the number of batches per epoch. ``state_dict()`` / ``load_state_dict()``
     resume mid-epoch.
@@ -64,8 +64,9 @@ class Loader(torch.utils.data.IterableDataset):
                  **kwargs: Any) -> None:
         super().__init__()
         self.device = torch.device(device)
-        if global_rank is None and global_size is None and _distributed():
-            global_rank, global_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        if (global_rank is None or global_size is None) and _distributed():  # the one not given: the group's
+            global_rank = torch.distributed.get_rank() if global_rank is None else global_rank
+            global_size = torch.distributed.get_world_size() if global_size is None else global_size
         self.loader = core.Loader(dataset, batch_size, device=backend.array_device(self.device),
                                   global_rank=global_rank, global_size=global_size, **kwargs)
         self.output, self.sparse_weights = output, sparse_weights
