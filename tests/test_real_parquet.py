@@ -191,6 +191,24 @@ def test_csv_integers_with_blanks_are_exact_in_every_block(tmp_path):
     assert ds.schema["id"].dtype == "int64" and ds.schema["s"].dtype == "string"
 
 
+
+def test_a_csv_value_that_does_not_parse_is_named_with_its_file(tmp_path):
+    """The type of a column is inferred from the first file's first rows; a later block holding
+    a value of another type fails in Dask's own task, which named no file (Criteo's day_17)."""
+    rows = [[i, i * 0.5, f"s{i % 3}", i] for i in range(300)]
+    write_csv(tmp_path / "a.csv", rows[:150])
+    write_csv(tmp_path / "b.csv", rows[150:280] + [["oops", 0.5, "s0", 1]] + rows[280:])
+    ds = Dataset(str(tmp_path / "*.csv"), part_size="1KB")
+    assert ds.npartitions >= 4
+    named = r"(?s)'oops'.*\[partition \d+ \(block \d+ of .*b\.csv\)\]"
+    with pytest.raises(ValueError, match=named):
+        tl.Workflow(["id"] >> ops.Categorify(), progress=False).fit(ds)
+    with pytest.raises(ValueError, match=named):
+        ds.compute()
+    with pytest.raises(ValueError, match=named):
+        ds.to_parquet(str(tmp_path / "out"), progress=False)
+    assert not os.path.exists(tmp_path / "out")
+
 # --- 2. hive partitioning ---------------------------------------------------------------------
 def test_hive_folders_written_by_pyarrow(tmp_path):
     n = 40

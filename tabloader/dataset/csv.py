@@ -49,12 +49,39 @@ class CsvSource(DaskSource):
                  read_kwargs: dict | None = None) -> None:
         super().__init__(_read_csv(files, part_size, columns, read_kwargs or {}), device)
         self.files = files
+        self._block_paths = _block_paths(files, part_size, read_kwargs or {}, self.ddf.npartitions)
+        self._readers: dict[tuple | None, _BlockReader] = {}  # per column selection
 
     def describe(self, index: int | None = None) -> str:
         paths = self.files.paths
         if index is None or len(paths) == 1:
             return paths[0]
+        if self._block_paths is not None:
+            path = self._block_paths[index]
+            return f"block {index - self._block_paths.index(path)} of {path}"
         return f"a block of one of the {len(paths)} CSV files {paths[0]} ... {paths[-1]}"
+
+    # Partitions are computed from the collection's graph, materialized once: a parse error then
+    # names the block's file (Dask's own tasks name none), and no partition goes through dask-expr's
+    # expressions, which Python 3.11 threads may only use one at a time (see DaskSource).
+    def _computed(self, index: int, columns: Sequence[str] | None) -> Any:
+        return self._reader(columns)(index)
+
+    def _partitions_delayed(self, columns: Sequence[str] | None) -> list[Any]:
+        from tabloader.scheduler import shared_calls
+
+        return shared_calls(self._reader(columns), [(i,) for i in range(self.npartitions)], "read-csv")
+
+    def _reader(self, columns: Sequence[str] | None) -> "_BlockReader":
+        key = None if columns is None else tuple(columns)
+        if key not in self._readers:
+            from tabloader.dataset.frames import _DASK_EXPRESSIONS
+
+            with _DASK_EXPRESSIONS:
+                ddf = (self.ddf[list(columns)] if columns is not None else self.ddf).optimize()
+                graph, keys = dict(ddf.__dask_graph__()), ddf.__dask_keys__()
+            self._readers[key] = _BlockReader(graph, keys, [self.describe(i) for i in range(self.npartitions)])
+        return self._readers[key]
 
     @property
     def summary(self) -> str:
@@ -96,3 +123,39 @@ def _usual_dtype(dtype: Any) -> Any:
     if isinstance(dtype, pd.StringDtype) and dtype.na_value is pd.NA:
         return backend.STRING_DTYPE
     return None
+
+
+class _BlockReader:
+    """The partitions of a CSV collection from its graph (a plain dict): partition ``i`` is key
+    ``keys[i]``, read from ``places[i]``, which its errors name."""
+
+    def __init__(self, graph: dict, keys: list, places: list[str]) -> None:
+        self.graph, self.keys, self.places = graph, keys, places
+
+    def __call__(self, index: int) -> Any:
+        import dask
+
+        from tabloader.dataset.core import naming_partition
+
+        try:
+            return dask.get(self.graph, self.keys[index])
+        except Exception as exc:
+            raise naming_partition(exc, f"partition {index} ({self.places[index]})")
+
+
+def _block_paths(files: FileSet, part_size: int, read_kwargs: dict, npartitions: int) -> list[str] | None:
+    """The file of each partition as Dask's read_csv cuts them (an uncompressed file in blocks of
+    ``part_size`` bytes, a compressed one whole); None where that count is not the collection's."""
+    from dask.bytes import read_bytes
+    from fsspec.utils import infer_compression
+
+    compression = read_kwargs.get("compression", "infer")
+    counts = []
+    for path, url in zip(files.paths, files.urls):
+        if (infer_compression(url) if compression == "infer" else compression) is not None:
+            counts.append(1)
+        else:
+            _, blocks = read_bytes(url, delimiter=b"\n", blocksize=read_kwargs.get("blocksize", part_size), sample=False)
+            counts.append(len(blocks[0]))
+    paths = [path for path, count in zip(files.paths, counts) for _ in range(count)]
+    return paths if len(paths) == npartitions else None

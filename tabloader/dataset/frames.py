@@ -221,10 +221,13 @@ class DaskSource(Source):
     def delayed_frames(self, columns: Sequence[str] | None = None) -> list[Any]:
         import dask
 
-        ddf = self.ddf[list(columns)] if columns is not None else self.ddf
         lists = self._list_columns()
         return [dask.delayed(backend.to_frame_device)(dask.delayed(_as_lists)(part, lists), self.device)
-                for part in ddf.to_delayed()]
+                for part in self._partitions_delayed(columns)]
+
+    def _partitions_delayed(self, columns: Sequence[str] | None) -> list[Any]:
+        """The partitions (``columns`` only) as Dask delayed objects, as the collection computes them."""
+        return (self.ddf[list(columns)] if columns is not None else self.ddf).to_delayed()
 
     def describe(self, index: int | None = None) -> str:
         return "the Dask DataFrame" if index is None else f"partition {index} of the Dask DataFrame"
