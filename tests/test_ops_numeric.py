@@ -7,6 +7,7 @@ Every expected value is computed here with pandas/numpy, independently of the op
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -91,19 +92,55 @@ def test_fill_missing_keeps_inf():
 
 
 
-@pytest.mark.parametrize("value", [0, -1, 0.5, 0.1, 1e-50, 2**70, -2**60 + 1, np.float32(0.25), np.inf])
+@pytest.mark.parametrize("value", [0, -1, 0.5, 0.1, 1e-50, 2**70, -2**60 + 1, np.float32(0.25), np.float64(0.1),
+                                   np.int64(-3), np.inf])
 def test_fill_missing_float_columns_match_fillna_by_hand(value):
-    """Every fill value pandas' fillna takes into float columns; NaN only is filled."""
+    """Every number fills a float column as a number of the column's dtype, as pandas 3 (and numpy 2)
+    cast a Python number (a numpy float64 too: pandas would make a float32 column float64, which the
+    output schema does not say); NaN only is filled."""
     x = np.array([1.5, np.nan, -np.inf, np.inf, -0.0, np.nan], dtype=np.float64)
     df = pd.DataFrame({"f64": x, "f32": x.astype(np.float32)})
     out = FillMissing(value).transform(["f64", "f32"], df)
     for col in ["f64", "f32"]:
-        if type(value) in (int, float):  # pandas 3 (and numpy 2) cast a Python number to the column's dtype
-            with np.errstate(over="ignore"):
-                expected = pd.Series(np.where(np.isnan(df[col]), df[col].dtype.type(value), df[col]), name=col)
-        else:
-            expected = df[col].where(df[col].notna(), value)  # pandas' own way, kept or upcast as pandas decides
+        with np.errstate(over="ignore"):
+            expected = pd.Series(np.where(np.isnan(df[col]), df[col].dtype.type(value), df[col]), name=col)
         pd.testing.assert_series_equal(out[col], expected, check_exact=True)
+
+
+NAIVE_DAY = pd.Timestamp("2024-01-02")
+REFUSED_FILLS = {  # column values (a null among them), a fill value its dtype cannot hold
+    "text in floats": (pd.Series([1.5, None, 3.0]), "unknown"),
+    "a number in datetimes": (pd.Series(pd.to_datetime(["2024-01-01", None])), 0),
+    "a naive time in zoned times": (pd.Series(pd.to_datetime(["2024-01-01", None], utc=True)), NAIVE_DAY),
+    "a number in strings": (pd.Series(["a", None], dtype=STRING_DTYPE), 0),
+    "a finer time than the column's unit": (pd.Series(pd.to_datetime(["2024-01-01", None]).as_unit("s")),
+                                            pd.Timestamp("2024-01-01 00:00:00.5")),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_FILLS)
+def test_fill_missing_refuses_a_value_the_columns_dtype_cannot_hold(case):
+    """pandas' fillna turned such a column into objects of mixed types (or another dtype) while the
+    output schema still said its dtype; a partition without a null is refused as one with."""
+    values, fill = REFUSED_FILLS[case]
+    for part in (values, values.dropna()):
+        with pytest.raises(TypeError, match=re.escape(f"FillMissing cannot fill column 'x' (dtype {values.dtype}) "
+                                                      f"with {fill!r}")):
+            FillMissing(fill).transform(["x"], pd.DataFrame({"x": part}))
+    data = Dataset(pd.DataFrame({"x": values}))
+    wf = Workflow(["x"] >> FillMissing(fill), progress=False).fit(data)
+    with pytest.raises(TypeError, match="FillMissing cannot fill column 'x'"):
+        wf.transform(data).compute()
+
+
+def test_fill_missing_with_a_value_of_the_columns_dtype_keeps_it():
+    """What fits is filled, the dtype kept: a timestamp in a datetime column, text in a string one."""
+    times = pd.Series(pd.to_datetime(["2024-01-01", None]))
+    texts = pd.Series(["a", None], dtype=STRING_DTYPE)
+    out = FillMissing(NAIVE_DAY).transform(["t"], pd.DataFrame({"t": times}))["t"]
+    assert out.tolist() == [pd.Timestamp("2024-01-01"), NAIVE_DAY] and out.dtype == times.dtype
+    out = FillMissing("z").transform(["s"], pd.DataFrame({"s": texts}))["s"]
+    assert out.tolist() == ["a", "z"] and out.dtype == texts.dtype
 
 
 def test_fill_a_float32_column_with_a_python_float_keeps_float32():

@@ -42,17 +42,14 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
             continue
         if float_fallback and _needs_floats(series, value):
             series = series.astype("float64")
-        if _is_float(series.dtype) and (_holds_exactly(series.dtype, value) or _is_python_number(value)):
-            # What pandas 3's fillna gives (pandas 2 turned float32 to float64 for a Python 0.1), in one
-            # pass (fillna goes through Block.where: 10x the time; cuDF's waits for the device).
+        if _is_float(series.dtype) and _is_real_number(value):
+            # The number in the column's dtype, as pandas 3's fillna casts a Python number (pandas 2 turned
+            # float32 to float64 for a Python 0.1; pandas 3 too for a numpy float64), in one pass (fillna
+            # goes through Block.where: 10x the time; cuDF's waits for the device).
             with np.errstate(over="ignore"):
                 out[col] = backend.float_values_filled(series, series.dtype.type(value))
             continue
-        try:
-            out[col] = series.fillna(value)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{op.label} cannot fill column {col!r} (dtype {series.dtype}) "
-                            f"with {values[col]!r}: {exc}") from exc
+        out[col] = _filled_in_its_dtype(op, col, series, value)
     out.update(indicators)
     return backend.frame_from_columns(out, frame.index, like=frame)
 
@@ -72,22 +69,42 @@ def _is_float(dtype: Any) -> bool:
     return isinstance(dtype, np.dtype) and dtype.kind == "f"
 
 
-def _is_python_number(value: Any) -> bool:
-    """A Python int or float (not bool): pandas 3 fills a float column with it in the column's
-    dtype, as numpy 2 casts Python scalars."""
-    return type(value) in (int, float)
+def _is_real_number(value: Any) -> bool:
+    """A Python or numpy int or float (not a bool)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
-def _holds_exactly(dtype: np.dtype, value: Any) -> bool:
-    """True when ``value`` is a number that float ``dtype`` holds exactly (fillna keeps the dtype then)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return False
-    number = value.item() if isinstance(value, (np.integer, np.floating)) else value
+def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any:
+    """``series.fillna(value)``, refused with a TypeError unless ``value`` fits the column's dtype.
+
+    pandas would turn the column into objects of mixed types (``"unknown"`` in a float column,
+    ``0`` in a datetime one) or into another dtype, neither of which the output schema says. A
+    null row of the dtype is filled too, so that a partition without nulls is refused as one
+    with them.
+    """
+    null_row = _null_row(series)
     try:
-        with np.errstate(over="ignore"):
-            return float(dtype.type(number)) == number  # compared by Python, exactly (numpy would cast to dtype)
-    except OverflowError:  # an int beyond any float
-        return False
+        filled = [series.fillna(value)] + ([] if null_row is None else [null_row.fillna(value)])
+    except (TypeError, ValueError) as exc:
+        raise _cannot_fill(op, col, series, value, str(exc)) from exc
+    changed = [f.dtype for f in filled if f.dtype != series.dtype]
+    if changed:
+        raise _cannot_fill(op, col, series, value, f"it does not fit the dtype (the column would become {changed[0]})")
+    return filled[0]
+
+
+def _null_row(series: Any) -> Any:
+    """The column's first row as a null of its dtype; None for an empty column, or one of a
+    pandas numpy integer or boolean dtype (which holds no null, so has nothing to fill)."""
+    dtype = series.dtype
+    if not len(series) or (not backend.is_gpu_object(series) and isinstance(dtype, np.dtype) and dtype.kind in "iub"):
+        return None
+    first = series.iloc[:1]
+    return first.where(first.isna())
+
+
+def _cannot_fill(op: Operator, col: str, series: Any, value: Any, why: str) -> TypeError:
+    return TypeError(f"{op.label} cannot fill column {col!r} (dtype {series.dtype}) with {value!r}: {why}")
 
 
 def is_list_value(value: Any) -> bool:
@@ -136,7 +153,10 @@ def _fill_output_schema(op: Operator, input_schema: Schema, columns: Columns) ->
 class FillMissing(Operator):
     """Replace nulls with a constant, optionally adding ``<col>_filled`` bool indicators.
 
-    Works on any dtype the constant fits (numeric, string, nullable). Tags are kept; an
+    Works on any dtype the constant fits (numeric, string, nullable), and keeps it: a number
+    fills a float column as a number of its dtype (0.1 as float32 0.1 in a float32 column); a
+    constant the dtype cannot hold (text in a float column, a number in a datetime one) raises a
+    TypeError naming the column, even in a partition without nulls. Tags are kept; an
     indicator column carries its column's tags plus ``binary``.
 
     List columns (ArrowDtype or cuDF lists, or object columns of Python lists / numpy arrays)
