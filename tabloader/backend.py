@@ -853,6 +853,19 @@ def is_decimal_dtype(dtype: Any) -> bool:
     return type(dtype).__name__ in ("Decimal32Dtype", "Decimal64Dtype", "Decimal128Dtype")
 
 
+def is_arrow_float_dtype(dtype: Any) -> bool:
+    """True for pandas' arrow-backed floats (``double[pyarrow]``...), which keep NaN apart from nulls.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_arrow_float_dtype(pd.ArrowDtype(pa.float32())), is_arrow_float_dtype(np.dtype("float64"))
+        (True, False)
+    """
+    import pyarrow as pa
+
+    return isinstance(dtype, pd.ArrowDtype) and pa.types.is_floating(dtype.pyarrow_dtype)
+
+
 def decimal_precision_scale(dtype: Any) -> tuple[int, int]:
     """``(precision, scale)`` of a decimal dtype of pandas (arrow-backed) or cuDF.
 
@@ -877,9 +890,29 @@ def as_strings(series: Any) -> Any:
 
 
 def nans_as_nulls(series: Any) -> Any:
-    """A float column with its NaN as nulls where the library tells them apart (cuDF); pandas
-    columns are returned as they are (pandas treats NaN as missing)."""
-    return series.nans_to_nulls() if is_gpu_object(series) else series
+    """A float column with its NaN as nulls where the library tells them apart (cuDF, and
+    pandas' arrow-backed floats); numpy-backed pandas columns are returned as they are (pandas
+    treats NaN as missing)."""
+    return series.nans_to_nulls() if is_gpu_object(series) else arrow_nans_as_nulls(series)
+
+
+def arrow_nans_as_nulls(series: Any) -> Any:
+    """A pandas arrow-backed float column (``double[pyarrow]``, as ``pd.read_parquet(...,
+    dtype_backend="pyarrow")`` gives) with its NaN as nulls: arrow keeps the two apart, and
+    ``isna``/``fillna``/``dropna`` see only the nulls. Any other column is returned as it is.
+
+    Example:
+        >>> arrow_nans_as_nulls(pd.Series([1.0, np.nan, None], dtype="double[pyarrow]")).isna().tolist()
+        [False, True, True]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not is_arrow_float_dtype(series.dtype):
+        return series
+    values = pa.array(series.array)  # the column's own chunks
+    nulled = pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), values)
+    return pd.Series(pd.arrays.ArrowExtensionArray(nulled), index=series.index, name=series.name, copy=False)
 
 
 def datetime_microseconds(series: Any) -> Any:

@@ -248,6 +248,23 @@ def test_dropna(frame, tmp_path):
     assert len(Dropna().transform(["a"], frame.iloc[:0])) == 0
 
 
+def test_dropna_drops_the_nan_of_an_arrow_float_column(tmp_path):
+    """An arrow-backed float column (``pd.read_parquet(..., dtype_backend="pyarrow")``) keeps NaN
+    apart from nulls, and pandas' dropna drops the nulls only: a NaN is a null to Dropna."""
+    import pyarrow.parquet as pq
+
+    values = [1.0, float("nan"), None, 3.0]
+    pq.write_table(pa.table({"x": pa.array(values, pa.float64(), from_pandas=False), "row": range(4)}),
+                   tmp_path / "nan.parquet")
+    frame = pd.read_parquet(tmp_path / "nan.parquet", dtype_backend="pyarrow")
+    kept = [i for i, v in enumerate(values) if v is not None and not np.isnan(v)]  # by hand
+    for data in (frame, Dataset(frame)):
+        out = Workflow(["x", "row"] >> Dropna(), progress=False).fit_transform(data)
+        out = out.compute() if isinstance(out, Dataset) else out
+        assert out["row"].tolist() == kept and out["x"].tolist() == [values[i] for i in kept]
+        assert out["x"].dtype == frame["x"].dtype
+
+
 # --- DifferenceLag ----------------------------------------------------------------------------
 def test_difference_lag_matches_groupby_diff(frame, tmp_path):
     graph = ["ts", "a"] >> DifferenceLag("user", shift=[1, 2, -1])

@@ -153,6 +153,41 @@ def test_fill_a_float32_column_with_a_python_float_keeps_float32():
         np.testing.assert_array_equal(out.to_numpy(), np.full(2, 0.1, dtype=np.float32))
 
 
+def arrow_floats_with_nan(tmp_path) -> pd.DataFrame:
+    """float64 and float32 columns holding NaN values and nulls, as ``pd.read_parquet(...,
+    dtype_backend="pyarrow")`` gives them (arrow-backed: NaN and null kept apart)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = [1.0, float("nan"), None, 3.0, 7.0, float("nan")]
+    table = pa.table({"f64": pa.array(values, pa.float64(), from_pandas=False),
+                      "f32": pa.array(values, pa.float32(), from_pandas=False)})
+    pq.write_table(table, tmp_path / "nan.parquet")
+    frame = pd.read_parquet(tmp_path / "nan.parquet", dtype_backend="pyarrow")
+    assert frame["f64"].isna().tolist() == [False, False, True, False, False, False]  # arrow's NaN is no null
+    return frame
+
+
+def test_fill_missing_and_fill_median_fill_the_nan_of_arrow_float_columns(tmp_path):
+    """The docs say nulls and NaN are filled: an arrow-backed float column's NaN were left, and
+    its ``_filled`` indicator said False there."""
+    frame = arrow_floats_with_nan(tmp_path)
+    missing = [False, True, True, False, False, True]  # NaN or null, by hand
+    finite = [1.0, 3.0, 7.0]
+    for op, fill in [(FillMissing(0.5, add_binary_cols=True), 0.5),
+                     (FillMedian(add_binary_cols=True), float(np.median(finite)))]:
+        for data in (frame, Dataset(frame)):
+            wf = Workflow(["f64", "f32"] >> op, progress=False).fit(data)
+            out = wf.transform(data)
+            out = out.compute() if isinstance(out, Dataset) else out
+            for col in ["f64", "f32"]:
+                expected = [fill if gone else v for gone, v in zip(missing, [1.0, None, None, 3.0, 7.0, None])]
+                assert out[col].tolist() == expected, (op, col)
+                assert out[col].dtype == frame[col].dtype, (op, col)
+                assert out[f"{col}_filled"].tolist() == missing, (op, col)
+    assert wf.stat_nodes[0].op.medians_ == {"f64": 3.0, "f32": 3.0}
+
+
 def rows_from_loader(loader, name):
     """The list rows of column ``name`` over one epoch, rebuilt from the (values, offsets) pairs."""
     rows = []

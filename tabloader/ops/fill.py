@@ -32,7 +32,7 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
     out: dict[str, Any] = {}
     indicators: dict[str, Any] = {}
     for col in flatten_columns(columns):
-        series = frame[col]
+        series = backend.arrow_nans_as_nulls(frame[col])  # a NaN is missing in an arrow float column too
         if op.add_binary_cols:
             indicators[col + FILLED_SUFFIX] = series.isna()
         value = values[col]

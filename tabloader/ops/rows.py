@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tabloader import backend
 from tabloader.ops.base import Columns, Operator, flatten_columns
 
 
@@ -77,7 +78,8 @@ class Filter(Operator):
 
 
 class Dropna(Operator):
-    """Drop the rows that have a null (NaN/None/NA) in any selected column.
+    """Drop the rows that have a null (NaN/None/NA, a NaN of an arrow float column too) in any
+    selected column.
 
     Example:
         >>> import pandas as pd
@@ -89,4 +91,7 @@ class Dropna(Operator):
     preserves_rows = False
 
     def transform(self, columns: Columns, frame: Any) -> Any:
-        return frame[flatten_columns(columns)].dropna()
+        selected = frame[flatten_columns(columns)]
+        # A NaN is missing in an arrow float column too (arrow keeps it apart from the nulls dropna sees).
+        arrow_floats = [c for c, dtype in selected.dtypes.items() if backend.is_arrow_float_dtype(dtype)]
+        return selected.assign(**{c: backend.arrow_nans_as_nulls(selected[c]) for c in arrow_floats}).dropna()
