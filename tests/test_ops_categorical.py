@@ -287,6 +287,34 @@ def test_categorify_floats_and_categoricals_by_value():
     assert wf.transform(pd.DataFrame({"n": [7.0, 8.0, 7.5]}))["n"].tolist() == [3, 4, 2]
 
 
+def test_an_arrow_boolean_column_with_nulls_is_encoded_as_a_pandas_boolean_one():
+    """``bool[pyarrow]`` (``pd.read_parquet(..., dtype_backend="pyarrow")``, polars' ``to_pandas``)
+    with a null made every categorical operator fail in arrow (a 0 for the null rows of a boolean);
+    it gets the ids, buckets and statistics of the same values as pandas' ``boolean``."""
+    from tabloader.ops.data_stats import DataStats
+
+    flags = [True, None, False, True]
+    frames = {dtype: pd.DataFrame({"flag": pd.Series(flags, dtype=dtype), "y": [1, 0, 1, 1]})
+              for dtype in ("boolean", "bool[pyarrow]")}
+    graphs = {"Categorify": lambda: ["flag"] >> Categorify(), "HashBucket": lambda: ["flag"] >> HashBucket(10),
+              "HashedCross": lambda: [("flag", "y")] >> HashedCross(10),
+              "TargetEncoding": lambda: ["flag"] >> TargetEncoding("y", kfold=1),
+              "JoinGroupby": lambda: ["flag"] >> JoinGroupby(), "DataStats": lambda: ["flag"] >> DataStats()}
+    for name, graph in graphs.items():
+        outputs, stats = [], []
+        for frame in frames.values():
+            wf = Workflow(graph(), progress=False).fit(tl.Dataset(frame, part_size=1))
+            outputs.append(wf.transform(frame).iloc[:, 0].tolist())
+            stats.append(wf.stat_nodes[0].op.stats_["flag"] if name == "DataStats" else None)
+        assert outputs[0] == outputs[1] and stats[0] == stats[1], name
+        if name == "DataStats":
+            assert (stats[1]["nulls"], stats[1]["cardinality"]) == (1, 2)
+        if name == "Categorify":
+            assert outputs[1] == expected_ids(flags)[0]  # by hand: the null 1, then False and True by count
+        if name == "HashBucket":
+            assert outputs[1] == [0 if v is None else 1 + py_hash(v) % 9 for v in flags]
+
+
 def test_categorify_wrong_dtype_error_names_op_column_dtype():
     df = pd.DataFrame({"t": pd.to_datetime(["2020-01-01", "2021-01-01"])})
     with pytest.raises(TypeError, match=r"Categorify.*'t'.*datetime64"):

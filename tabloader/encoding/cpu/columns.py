@@ -94,7 +94,9 @@ def normalize_column(op: Any, name: Any, series: Any) -> NormalizedColumn:
         values, mask = _masked_buffers(series)
         if values is None:
             mask = series.isna().to_numpy() if series.hasnans else None
-            values = series.to_numpy(dtype="uint64" if unsigned64 else "int64", na_value=0)
+            # The null rows' value is arbitrary, but it must be of the column's type (arrow refuses 0 for a boolean).
+            na_value = False if pdt.is_bool_dtype(dtype) else 0
+            values = series.to_numpy(dtype="uint64" if unsigned64 else "int64", na_value=na_value)
         return NormalizedColumn("int", values.astype(np.uint64 if unsigned64 else np.int64, copy=False), mask)
     if pdt.is_float_dtype(dtype):
         values = series.to_numpy(dtype="float64", na_value=np.nan)
