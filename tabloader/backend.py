@@ -878,6 +878,40 @@ def decimal_precision_scale(dtype: Any) -> tuple[int, int]:
     return int(typed.precision), int(typed.scale)
 
 
+def decimal_at_scale(value: Any, dtype: Any, rounding: str | None = None) -> Any:
+    """The number ``value`` as a ``decimal.Decimal`` that decimal ``dtype`` holds (pandas'
+    arrow-backed or cuDF's), or None.
+
+    ``value`` is read as written: a float as its shortest text (0.1 is 0.1, not the binary
+    fraction nearest to it). With ``rounding`` (``decimal.ROUND_CEILING``...) it is rounded to
+    the dtype's scale and clamped to what its precision holds; without, a value the dtype does
+    not hold exactly (more digits after the point than its scale, too large) gives None.
+
+    Example:
+        >>> import decimal, pyarrow as pa
+        >>> cents = pd.ArrowDtype(pa.decimal128(5, 2))
+        >>> decimal_at_scale(0.1, cents), decimal_at_scale(0.125, cents), decimal_at_scale(1e9, cents)
+        (Decimal('0.10'), None, None)
+        >>> decimal_at_scale(0.125, cents, decimal.ROUND_CEILING), decimal_at_scale(1e9, cents, decimal.ROUND_FLOOR)
+        (Decimal('0.13'), Decimal('999.99'))
+    """
+    import decimal
+
+    number = decimal.Decimal(str(value))
+    if number.is_nan():
+        if rounding is None:
+            return None
+        raise ValueError(f"{value!r} is not a number: no decimal is near it")
+    precision, scale = decimal_precision_scale(dtype)
+    with decimal.localcontext() as context:
+        context.prec = precision + 2  # exact arithmetic on the dtype's numbers (decimal128 has up to 38 digits)
+        step = decimal.Decimal(1).scaleb(-scale)
+        largest = decimal.Decimal(10**precision - 1) * step
+        within = min(max(number, -largest - step), largest + step)  # a few digits, whatever the value (1e300)
+        rounded = min(max(within.quantize(step, rounding=rounding or decimal.ROUND_HALF_EVEN), -largest), largest)
+    return None if rounding is None and rounded != number else rounded
+
+
 def as_strings(series: Any) -> Any:
     """``series`` as text: pandas 3's ``str`` dtype (:data:`STRING_DTYPE`) on the host, cuDF's
     strings on the GPU; nulls stay null.

@@ -420,6 +420,20 @@ def test_datetime_features_of_time_zoned_timestamps_are_the_local_calendar(devic
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_fill_missing_and_clip_of_a_decimal_column_take_the_numbers_as_decimals_of_its_scale(device):
+    """FillMissing(0.5) and Clip(0.0, 1.0) on a decimal(10, 2) column (a float is no value of it):
+    the numbers as decimals of its scale, the dtype kept, on both devices."""
+    from decimal import Decimal
+
+    amount = pd.array([Decimal("1.25"), None, Decimal("-3.00")], dtype=pd.ArrowDtype(pa.decimal128(10, 2)))
+    frame = on_device(pd.DataFrame({"amount": amount}), device)
+    out = Workflow(["amount"] >> ops.FillMissing(0.5) >> ops.Clip(0.0, 1.0), progress=False).fit_transform(frame)
+    got = arrow_column(out["amount"])
+    assert pa.types.is_decimal(got.type) and got.type.scale == 2, got.type
+    assert got.to_pylist() == [Decimal("1.00"), Decimal("0.50"), Decimal("0.00")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_column_selected_twice_is_kept_once(device):
     """The same input column in two branches is the same data: kept once (cuDF refuses to
     concatenate frames with repeated names)."""

@@ -6,6 +6,7 @@ Every expected value is computed here with pandas/numpy, independently of the op
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 import warnings
@@ -491,6 +492,55 @@ def test_clip_matches_numpy(frame):
         Clip()
     with pytest.raises(TypeError, match=r"Clip.*'s'"):
         Clip(0, 1).transform(["s"], pd.DataFrame({"s": ["x"]}))
+
+
+def cents(texts) -> pd.Series:
+    """A decimal(10, 2) column (arrow-backed, as a parquet file's DECIMAL reads) of the given texts (None: null)."""
+    import pyarrow as pa
+
+    values = [None if t is None else decimal.Decimal(t) for t in texts]
+    return pd.Series(pd.array(values, dtype=pd.ArrowDtype(pa.decimal128(10, 2))))
+
+
+@pytest.mark.parametrize("low, high", [(-0.5, 100.0), (0.0, 1.0), (0.001, None), (None, 1.259), (-1e300, 1e300),
+                                       (-np.inf, -0.995)])
+def test_clip_of_a_decimal_column_keeps_it_and_rounds_the_bounds_to_its_scale(low, high):
+    """Clip(0.0, 100.0) failed on a decimal column (pandas refuses a float bound, in an error naming
+    neither operator nor column). The bounds are decimals of the column's scale: the lower one
+    rounded up, the upper one down, so that the clipped values are the decimals in [low, high]."""
+    amount = cents(["1.25", None, "-3.00", "0.00", "99999999.99"])
+    out = Clip(low, high).transform(["amount"], pd.DataFrame({"amount": amount}))["amount"]
+    assert out.dtype == amount.dtype
+
+    def clipped(v):  # by hand: a value below low becomes the first cent above it, one above high the last below
+        cent = decimal.Decimal("0.01")
+        if low is not None and v < decimal.Decimal(str(low)):
+            return decimal.Decimal(str(low)).quantize(cent, rounding=decimal.ROUND_CEILING)
+        if high is not None and v > decimal.Decimal(str(high)):
+            return decimal.Decimal(str(high)).quantize(cent, rounding=decimal.ROUND_FLOOR)
+        return v
+
+    assert out.tolist() == [v if v is pd.NA else clipped(v) for v in amount.tolist()]
+    with pytest.raises(ValueError, match=r"Clip: no value of column 'amount' .* lies in \[0.001, 0.009\]"):
+        Clip(0.001, 0.009).transform(["amount"], pd.DataFrame({"amount": amount}))
+
+
+@pytest.mark.parametrize("value", [0.5, 0, -7, 0.1, decimal.Decimal("2.50"), np.float32(0.25)])
+def test_fill_missing_fills_a_decimal_column_with_a_number_it_holds(value):
+    """FillMissing(0.5) was refused on a decimal(10, 2) column, which holds 0.50 exactly: the value
+    is taken as written (0.1 is 0.10, not the float's binary fraction), the dtype kept."""
+    amount = cents(["1.25", None])
+    out = FillMissing(value).transform(["amount"], pd.DataFrame({"amount": amount}))["amount"]
+    assert out.dtype == amount.dtype
+    assert out.tolist() == [decimal.Decimal("1.25"), decimal.Decimal(str(value))]
+
+
+@pytest.mark.parametrize("value", [0.125, decimal.Decimal("0.001"), 1e12, np.nan])
+def test_fill_missing_refuses_a_number_a_decimal_column_does_not_hold_exactly(value):
+    """Rounding a fill value silently would fill a value nobody asked for."""
+    with pytest.raises(TypeError, match=re.escape(f"FillMissing cannot fill column 'amount' "
+                                                  f"(dtype decimal128(10, 2)[pyarrow]) with {value!r}")):
+        FillMissing(value).transform(["amount"], pd.DataFrame({"amount": cents(["1.25", None])}))
 
 
 def test_bucketize_matches_digitize_and_schema(frame, tmp_path):

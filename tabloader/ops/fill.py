@@ -8,6 +8,7 @@ input was null (NaN/None/NA) and got filled. Only nulls are filled; +-inf stays 
 
 from __future__ import annotations
 
+import decimal
 import warnings
 from typing import Any
 
@@ -49,6 +50,8 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
             with np.errstate(over="ignore"):
                 out[col] = backend.float_values_filled(series, series.dtype.type(value))
             continue
+        if backend.is_decimal_dtype(series.dtype) and (_is_real_number(value) or isinstance(value, decimal.Decimal)):
+            value = _as_decimal(op, col, series, value)
         out[col] = _filled_in_its_dtype(op, col, series, value)
     out.update(indicators)
     return backend.frame_from_columns(out, frame.index, like=frame)
@@ -72,6 +75,17 @@ def _is_float(dtype: Any) -> bool:
 def _is_real_number(value: Any) -> bool:
     """A Python or numpy int or float (not a bool)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _as_decimal(op: Operator, col: str, series: Any, value: Any) -> decimal.Decimal:
+    """The number ``value`` as a decimal of the column's dtype (0.5 as 0.50 in a decimal(10, 2):
+    pandas refuses a float), refused unless the dtype holds it exactly."""
+    exact = backend.decimal_at_scale(value, series.dtype)
+    if exact is None:
+        precision, scale = backend.decimal_precision_scale(series.dtype)
+        raise _cannot_fill(op, col, series, value, f"a decimal of precision {precision} and scale {scale} does not "
+                                                   "hold it exactly")
+    return exact
 
 
 def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any:
@@ -154,9 +168,10 @@ class FillMissing(Operator):
     """Replace nulls with a constant, optionally adding ``<col>_filled`` bool indicators.
 
     Works on any dtype the constant fits (numeric, string, nullable), and keeps it: a number
-    fills a float column as a number of its dtype (0.1 as float32 0.1 in a float32 column); a
-    constant the dtype cannot hold (text in a float column, a number in a datetime one) raises a
-    TypeError naming the column, even in a partition without nulls. Tags are kept; an
+    fills a float column as a number of its dtype (0.1 as float32 0.1 in a float32 column) and a
+    decimal column as a decimal of its scale (0.5 as 0.50 in a decimal(10, 2)); a constant the
+    dtype cannot hold (text in a float column, a number in a datetime one, 0.125 in a decimal of
+    scale 2) raises a TypeError naming the column, even in a partition without nulls. Tags are kept; an
     indicator column carries its column's tags plus ``binary``.
 
     List columns (ArrowDtype or cuDF lists, or object columns of Python lists / numpy arrays)

@@ -6,6 +6,7 @@ GPU), without copying the inputs.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 from typing import Any, Mapping, Sequence
@@ -85,7 +86,8 @@ class Clip(Operator):
     """Limit values to ``[min_value, max_value]`` (either bound may be None). Tags are kept.
 
     The dtype is kept: bounds are cast to the column's dtype (for integer columns a fractional
-    lower bound is rounded up and an upper bound down, which clips to the same integers).
+    lower bound is rounded up and an upper bound down, which clips to the same integers; for
+    decimal columns the same at the column's scale, a float bound read as written: 0.1 is 0.1).
     NaN stays NaN.
 
     Example:
@@ -109,6 +111,9 @@ class Clip(Operator):
         out = {}
         for col in cols:
             series = frame[col]
+            if backend.is_decimal_dtype(series.dtype):
+                out[col] = series.clip(*self.decimal_bounds(col, series.dtype))
+                continue
             if not backend.is_plain_numeric(series):  # nullable / arrow dtypes: the frame library clips
                 out[col] = series.clip(*self.bounds(col, _numpy_dtype(series.dtype)))
                 continue
@@ -121,6 +126,16 @@ class Clip(Operator):
         lo, hi = _bound(self.min_value, dtype, math.ceil), _bound(self.max_value, dtype, math.floor)
         if dtype.kind in "iu" and lo is not None and hi is not None and lo > hi:
             raise ValueError(f"Clip: no integer of column {column!r} lies in [{self.min_value}, {self.max_value}]")
+        return lo, hi
+
+    def decimal_bounds(self, column: str, dtype: Any) -> tuple[Any, Any]:
+        """The bounds as ``decimal.Decimal`` values of decimal ``dtype`` (None where not given):
+        at its scale, the lower one rounded up and the upper one down (which clips to the same
+        decimals), within what its precision holds; a ValueError when no such decimal lies between them."""
+        lo = None if self.min_value is None else backend.decimal_at_scale(self.min_value, dtype, decimal.ROUND_CEILING)
+        hi = None if self.max_value is None else backend.decimal_at_scale(self.max_value, dtype, decimal.ROUND_FLOOR)
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"Clip: no value of column {column!r} ({dtype}) lies in [{self.min_value}, {self.max_value}]")
         return lo, hi
 
     def transform_values(self, column: str, values: Any) -> Any:
