@@ -241,6 +241,14 @@ def test_fill_missing_empty_partition():
     assert len(out) == 0 and list(out.columns) == ["x", "x_filled"]
 
 
+@pytest.mark.parametrize("values, dtype, fill", [([1, None, 3], "Int8", 1000), ([1, None, 3], "UInt8", -1),
+                                                 ([1, None], "Int64", 2**63), ([1, None], "int64[pyarrow]", 2**63)])
+def test_fill_missing_refuses_an_integer_outside_the_columns_range_naming_it(values, dtype, fill):
+    """A bare OverflowError named neither the operator, the column nor the value."""
+    with pytest.raises(TypeError, match=re.escape(f"FillMissing cannot fill column 'x' (dtype {dtype}) with {fill}")):
+        FillMissing(fill).transform(["x"], pd.DataFrame({"x": pd.Series(values, dtype=dtype)}))
+
+
 # --- the quantile sketch -----------------------------------------------------------------------
 @pytest.mark.parametrize("dist", ["lognormal", "normal_mixed_sign", "integers"])
 def test_sketch_median_within_documented_bound(dist):
@@ -321,6 +329,17 @@ def test_fill_median_large_within_bound_and_partition_independent():
     finite = np.sort(x[np.isfinite(x)])
     m = finite.size
     assert abs(medians[0] - np.median(finite)) <= 1e-3 * max(finite[(m - 1) // 2], finite[m // 2]) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("dtype, extreme", [("Int64", 2**63 - 1), ("Int64", -(2**63)), ("UInt64", 2**64 - 1),
+                                            ("int64[pyarrow]", 2**63 - 1)])
+def test_fill_median_of_an_integer_column_at_its_extremes_fills_it_in_its_dtype(dtype, extreme):
+    """The float64 median of [2**63 - 1] is 2**63, beyond int64 (pandas' "Python int too large to
+    convert to C long"): a whole median fills an integer column in its dtype, within its range."""
+    values = pd.Series([extreme, None, extreme], dtype=dtype)
+    assert values.tolist()[0] == extreme
+    out = Workflow(["x"] >> FillMedian(), progress=False).fit_transform(pd.DataFrame({"x": values}))["x"]
+    assert out.dtype == values.dtype and out.tolist() == [extreme] * 3  # by hand: the only value is the median
 
 
 def test_fill_median_all_null_warns_and_leaves_nulls(frame):

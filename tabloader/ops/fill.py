@@ -28,7 +28,8 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
 
     With ``float_fallback``, a nullable integer column whose fill value is not an integer (a
     median of 2.5) becomes float64 (in every partition, with or without nulls), and so does a
-    decimal column (see :func:`_needs_floats`).
+    decimal column, and a whole value fills an integer column within its range (see
+    :func:`_statistic_fill`).
     """
     out: dict[str, Any] = {}
     indicators: dict[str, Any] = {}
@@ -41,8 +42,8 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
         if lists is not None:
             out[col] = _fill_lists(op, col, lists, value)
             continue
-        if float_fallback and _needs_floats(series, value):
-            series = series.astype("float64")
+        if float_fallback:
+            series, value = _statistic_fill(series, value)
         if _is_float(series.dtype) and _is_real_number(value):
             # The number in the column's dtype, as pandas 3's fillna casts a Python number (pandas 2 turned
             # float32 to float64 for a Python 0.1; pandas 3 too for a numpy float64), in one pass (fillna
@@ -57,14 +58,22 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
     return backend.frame_from_columns(out, frame.index, like=frame)
 
 
-def _needs_floats(series: Any, value: float) -> bool:
-    """True when a fitted statistic fills ``series`` as float64: a nullable integer column whose
-    value is not a whole number (decided by the fitted value, so every partition gets the same
-    dtype), and any decimal column (the statistic is a float: as a decimal it would be rounded
-    to the column's scale, or refused)."""
-    if backend.is_decimal_dtype(series.dtype):
-        return True
-    return backend.nullable_integers(series) and not float(value).is_integer()
+def _statistic_fill(series: Any, value: float) -> tuple[Any, Any]:
+    """The column and value with which a fitted statistic (a float) fills ``series``.
+
+    The column becomes float64 when it is a decimal one (as a decimal the statistic would be
+    rounded to the column's scale, or refused) or a nullable integer one whose value is not a
+    whole number (decided by the fitted value, so every partition gets the same dtype). A whole
+    value fills an integer column as an integer of its range: the float64 median of int64 values
+    near 2**63 rounds up to 2**63, beyond them.
+    """
+    whole = float(value).is_integer()
+    if backend.is_decimal_dtype(series.dtype) or (backend.nullable_integers(series) and not whole):
+        return series.astype("float64"), value
+    if whole and getattr(series.dtype, "kind", "") in ("i", "u"):
+        info = np.iinfo(np.dtype(getattr(series.dtype, "numpy_dtype", series.dtype)))
+        return series, min(max(int(value), int(info.min)), int(info.max))
+    return series, value
 
 
 def _is_float(dtype: Any) -> bool:
@@ -99,7 +108,7 @@ def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any
     null_row = _null_row(series)
     try:
         filled = [series.fillna(value)] + ([] if null_row is None else [null_row.fillna(value)])
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: 1000 in an Int8 column
         raise _cannot_fill(op, col, series, value, str(exc)) from exc
     changed = [f.dtype for f in filled if f.dtype != series.dtype]
     if changed:
@@ -226,8 +235,10 @@ class FillMedian(StatOperator):
     ``relative_accuracy * |median|`` of ``numpy.median`` of the finite values (see
     :mod:`tabloader.ops.sketch` for the precise bound). NaN and +-inf are left out of the
     statistics. A column without any finite value gets a NaN median (a warning names it), so
-    its nulls stay null. Decimal columns come out as float64 (the median is a float). Outputs
-    are tagged ``continuous``.
+    its nulls stay null. Decimal columns come out as float64 (the median is a float), and so do
+    nullable integer columns whose median is not a whole number; a whole median fills an integer
+    column in its dtype (within its range: the float64 median of int64 values near 2**63 is
+    2**63, taken as int64's largest). Outputs are tagged ``continuous``.
 
     Args:
         add_binary_cols: also output ``<col>_filled`` (bool, True where a null was filled).
