@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tabloader.gpu_install import GPU_EXTRAS, detect_cuda_major, gpu_extra, install_hint  # noqa: F401  (re-exported)
-from tabloader.hashes import FNV64_OFFSET, FNV64_PRIME, hash_combine, hash_int64, hash_strings  # noqa: F401  (re-exported)
+from tabloader.hashes import FNV64_OFFSET, FNV64_PRIME, hash_combine, hash_float64, hash_int64, hash_strings  # noqa: F401  (re-exported)
 
 DEVICES = ("cpu", "cuda", "auto")
 

@@ -1,6 +1,7 @@
 """The 64-bit hashes of the categorical encoding: the same bits from numpy on the CPU and CuPy on the GPU.
 
-* integers: splitmix64 (:func:`hash_int64`);
+* integers: splitmix64 (:func:`hash_int64`); floats: integral ones as those integers, others
+  by their bits (:func:`hash_float64`);
 * strings: ``splitmix64(FNV-1a-64(UTF-8 bytes))`` (:func:`hash_strings`; the GPU module
   :mod:`tabloader.encoding.gpu.hashing` computes the same bits in a CuPy kernel);
 * several columns: ``splitmix64(h * 31 + h_i)`` (:func:`hash_combine`).
@@ -37,6 +38,27 @@ def hash_int64(values: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> xp.uint64(30))) * xp.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> xp.uint64(27))) * xp.uint64(0x94D049BB133111EB)
         return z ^ (z >> xp.uint64(31))
+
+
+def hash_float64(values: Any) -> Any:
+    """Hash float64 values to uint64, the same bits on numpy and CuPy: an integral value as that
+    integer (``3.0`` as ``3``: ``-2**63 <= v < 2**63`` as an int64, ``2**63 <= v < 2**64`` as a
+    uint64, whose bits are its value mod 2**64 as a uint64 column's are), any other value as its
+    float64 bits (``-0.0`` as ``0``).
+
+    Example:
+        >>> ints = hash_int64(np.array([-(2**63), 3], dtype=np.int64)).tolist()
+        >>> hash_float64(np.array([-(2.0**63), 3.0])).tolist() == ints
+        True
+        >>> bool(hash_float64(np.array([2.0**63]))[0] == hash_int64(np.array([2**63], dtype=np.uint64))[0])
+        True
+    """
+    xp = _array_lib(values)
+    integral = (xp.floor(values) == values) & (values >= -(2.0**63)) & (values < 2.0**64)
+    wrapped = xp.where(values >= 2.0**63, values - 2.0**64, values)  # a uint64 id's bits as an int64 (exact)
+    as_int = xp.where(integral, wrapped, 0).astype(xp.int64)
+    bits = xp.where(values == 0, 0.0, values).view(xp.int64)  # -0.0 hashes as 0
+    return hash_int64(xp.where(integral, as_int, bits))
 
 
 def hash_strings(values: Any) -> np.ndarray:

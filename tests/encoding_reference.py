@@ -31,12 +31,13 @@ def is_null(v) -> bool:
 
 
 def py_hash(value) -> int:
-    """strings: splitmix64(FNV-1a(UTF-8)); integers and integral floats below 2**63 in magnitude:
-    splitmix64 of the integer; other floats: splitmix64 of their float64 bits."""
+    """strings: splitmix64(FNV-1a(UTF-8)); integers and the integral floats an int64 or a uint64
+    holds (-2**63 <= v < 2**64): splitmix64 of the integer mod 2**64; other floats: splitmix64 of
+    their float64 bits."""
     if isinstance(value, str):
         return splitmix64(fnv1a(value.encode("utf-8")))
     if isinstance(value, float):
-        if value.is_integer() and abs(value) < 2.0**63:
+        if value.is_integer() and -(2.0**63) <= value < 2.0**64:
             value = int(value)
         else:
             return splitmix64(struct.unpack("<Q", struct.pack("<d", value))[0])

@@ -7,6 +7,7 @@ device is usable -- the same cases, so CPU and GPU give the same ids."""
 from __future__ import annotations
 
 import random
+import struct
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ from tabloader.encoding import cpu, gpu
 from tabloader.encoding.contract import NULL_HASH
 from tabloader.backend import STRING_DTYPE
 
-from encoding_reference import expected_ids, is_null, py_cross, py_hash, reference_vocabulary
+from encoding_reference import expected_ids, is_null, py_cross, py_hash, reference_vocabulary, splitmix64
 
 OP = "Test"
 
@@ -234,6 +235,24 @@ def test_hashes_match_the_python_reference(impl, column):
     col = enc.normalize_column(OP, "c", series_for(impl, dtype, values))
     expected = [NULL_HASH if v is None else py_hash(v) for v in values]
     assert [int(h) for h in host(enc.hash_values(col))] == expected
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_integral_floats_at_the_64_bit_edges_hash_as_the_same_integers(impl):
+    """-2**63 and the integral floats in [2**63, 2**64) hashed by their float bits, unlike every other
+    integral float, so a float column disagreed with the same ids as Int64 / UInt64 there."""
+    enc = implementation(impl)
+    signed = [-(2**63), -(2**63) + 1024, 2**63 - 1024, 0]
+    unsigned = [2**63, 2**63 + 2048, 2**64 - 2048, 5]
+    for ints, dtype in ((signed, "Int64"), (unsigned, "UInt64")):
+        floats = [float(v) for v in ints]
+        assert [int(f) for f in floats] == ints  # exactly those integers
+        by_float = host(enc.hash_values(enc.normalize_column(OP, "c", series_for(impl, "float64", floats))))
+        by_int = host(enc.hash_values(enc.normalize_column(OP, "c", series_for(impl, dtype, ints))))
+        assert by_float.tolist() == by_int.tolist() == [py_hash(v) for v in ints], dtype
+    beyond = [-(2.0**63) - 2048, 2.0**64]  # no 64-bit integer: their float64 bits
+    got = host(enc.hash_values(enc.normalize_column(OP, "c", series_for(impl, "float64", beyond))))
+    assert got.tolist() == [splitmix64(struct.unpack("<Q", struct.pack("<d", v))[0]) for v in beyond]
 
 
 def test_cross_hash_matches_the_python_reference():

@@ -324,7 +324,8 @@ def test_device_hashes_of_strings_numbers_and_sliced_columns_match_the_python_re
     strings = ["", "a", "é", "日本語", "a" * 300, None, "pear", "\x00z"]
     ints = [0, -1, 2**63 - 1, -(2**63), 7, None]
     uints = [2**64 - 1, 2**63, 5, None]
-    floats = [3.0, -0.0, 2.5, 1e300, float("nan"), -7.0]
+    floats = [3.0, -0.0, 2.5, 1e300, float("nan"), -7.0, -(2.0**63), 2.0**63, float(2**63 + 2048), 2.0**64,
+              float(2**64 - 2048), -(2.0**63) - 2048]  # the int64/uint64 edges: integral floats hash as those integers
     repeated = ["b", None, None, "pear", "b", "pear"]  # sliced at 1 and 2: null rows first
     for values, arrow_type in [(strings, pa.string()), (repeated, pa.string()), (ints, pa.int64()),
                                (uints, pa.uint64()), (floats, pa.float64())]:

@@ -336,6 +336,29 @@ def test_hash_bucket_matches_python_hash():
     assert a["c"].tolist() == b["c"].tolist()
 
 
+def test_integral_floats_at_the_64_bit_edges_get_the_buckets_of_the_same_integers():
+    """HashBucket, HashedCross and Categorify's out-of-vocabulary buckets promise one bucket for an
+    integer and the same value as an integral float: -2**63 and the floats in [2**63, 2**64) (uint64
+    ids read as float64) got others."""
+    signed = pd.Series([-(2**63), 2**63 - 1024, 7], dtype="Int64")
+    unsigned = pd.Series([2**63, 2**63 + 2048, 2**64 - 2048], dtype="UInt64")
+    tag = pd.Series([1, 2, 3])
+    categorify = Workflow(["c"] >> Categorify(num_buckets=1000, vocabs={"c": [1]}), progress=False).fit(
+        pd.DataFrame({"c": [1]}))
+    for ints in (signed, unsigned):
+        floats = ints.astype("float64")
+        assert [int(v) for v in floats] == ints.tolist()  # exactly those integers
+        ids = {}
+        for name, column in (("int", ints), ("float", floats)):
+            frame = pd.DataFrame({"c": column, "t": tag})
+            ids[name] = (HashBucket(1001).transform(["c"], frame)["c"].tolist(),
+                         HashedCross(1001).transform([("c", "t")], frame)["c_t"].tolist(),
+                         categorify.transform(frame)["c"].tolist())
+        expected = ([1 + py_hash(v) % 1000 for v in ints], [1 + py_cross([v, t]) % 1000 for v, t in zip(ints, tag)],
+                    [2 + py_hash(v) % 1000 for v in ints])  # by hand, from the integers
+        assert ids["int"] == ids["float"] == expected, ints.dtype
+
+
 def test_hashed_cross_matches_python_hash_and_schema():
     df = pd.DataFrame({"a": pd.array([1, 2, None, None], dtype="Int64"), "b": ["x", "y", "z", None]})
     wf = Workflow([("a", "b")] >> HashedCross(101), progress=False).fit(df)

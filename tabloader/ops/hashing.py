@@ -55,7 +55,7 @@ class HashBucket(Operator):
     convention of Keras' ``Hashing`` layer with a mask value), so the embedding table has
     exactly ``num_buckets`` rows and nulls have a row of their own. Hashes are those described
     in :mod:`tabloader.encoding.cpu.hashing`: identical on CPU and GPU, and the same for a value stored
-    as int32, int64, Int64 or an integral float. List columns are hashed element-wise.
+    as int32, int64, Int64, UInt64 or an integral float. List columns are hashed element-wise.
 
     Parameters
     ----------

@@ -3,8 +3,9 @@
 * integers (any width, signed or unsigned, nullable or not; booleans as 0/1):
   ``splitmix64(int64 value)`` (:func:`tabloader.hashes.hash_int64`);
 * floats: an integral value hashes as that integer (so ``3.0`` and ``3`` agree, and a CSV
-  column read as float64 hashes like the same column read as Int64); a non-integral value
-  hashes as ``splitmix64(its float64 bits)``;
+  column read as float64 hashes like the same column read as Int64 or UInt64: in
+  ``[-2**63, 2**63)`` as an int64, in ``[2**63, 2**64)`` as a uint64); a non-integral value
+  hashes as ``splitmix64(its float64 bits)`` (:func:`tabloader.hashes.hash_float64`);
 * strings: ``splitmix64(FNV-1a-64(UTF-8 bytes))`` (:func:`tabloader.hashes.hash_strings`),
   computed on the unique values of a partition only;
 * crosses of several columns: ``h = h_1``, then ``h = splitmix64(h * 31 + h_i)`` for each
@@ -29,11 +30,7 @@ def hash_values(col: NormalizedColumn) -> np.ndarray:
     if col.kind == "int":
         out = backend.hash_int64(col.values)
     elif col.kind == "float":
-        values = col.values
-        integral = (np.floor(values) == values) & (np.abs(values) < 2.0**63)
-        as_int = np.where(integral, values, 0).astype(np.int64)
-        bits = np.where(values == 0, 0.0, values).view(np.int64)  # -0.0 hashes as 0
-        out = backend.hash_int64(np.where(integral, as_int, bits))
+        out = backend.hash_float64(col.values)
     elif isinstance(col, CodedStrings) and len(col.dictionary) <= len(col):  # each distinct string hashed once
         out = col.decode(backend.hash_strings(col.dictionary))
     elif col.kind == "str":

@@ -90,11 +90,7 @@ def hash_values(col: NormalizedColumn) -> Any:
     if col.kind == "int":
         out = backend.hash_int64(col.values)
     elif col.kind == "float":
-        values = col.values
-        integral = (cp.floor(values) == values) & (cp.abs(values) < 2.0**63)
-        as_int = cp.where(integral, values, 0).astype(cp.int64)
-        bits = cp.where(values == 0, 0.0, values).view(cp.int64)  # -0.0 hashes as 0
-        out = backend.hash_int64(cp.where(integral, as_int, bits))
+        out = backend.hash_float64(col.values)
     elif col.kind == "str":
         # Every row's bytes, one thread a row (null rows are set below). Not each distinct string
         # once: cuDF's factorize waits for the device (its unique values and their join back).
