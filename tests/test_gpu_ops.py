@@ -435,6 +435,16 @@ def test_fill_missing_and_clip_of_a_decimal_column_take_the_numbers_as_decimals_
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_an_empty_vocabulary_sends_every_value_to_the_oov_buckets(device):
+    """``Categorify(vocabs={"c": []})``: every value hashed into the OOV buckets, a null 1, on both devices."""
+    frame = pd.DataFrame({"c": pd.Series(["a", None, "b"], dtype=backend.STRING_DTYPE), "i": [5, 6, 7]})
+    wf = Workflow(["c", "i"] >> ops.Categorify(vocabs={"c": [], "i": []}, num_buckets=10), progress=False)
+    out = backend.to_host(wf.fit_transform(tl.Dataset(on_device(frame, device))).compute())
+    assert out["c"].tolist() == [2 + py_hash("a") % 10, 1, 2 + py_hash("b") % 10]
+    assert out["i"].tolist() == [2 + py_hash(v) % 10 for v in (5, 6, 7)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_column_selected_twice_is_kept_once(device):
     """The same input column in two branches is the same data: kept once (cuDF refuses to
     concatenate frames with repeated names)."""

@@ -279,6 +279,26 @@ def test_categorify_user_vocabulary():
         Categorify(vocabs={"c": ["a", "a"]}).transform(["c"], df)
 
 
+def test_categorify_with_an_empty_vocabulary_sends_every_value_out_of_vocabulary(tmp_path):
+    """``vocabs={"c": []}`` was refused as "contains nulls" (the empty list normalized as an all-null
+    column of no rows); it is the vocabulary a fit on nulls only gives: every value in the OOV buckets."""
+    df = pd.DataFrame({"c": ["a", "b", None, "a"], "i": [1, 2, None, 7]}).astype({"i": "Int64"})
+    values = {c: [None if is_null(v) else v for v in df[c].tolist()] for c in df}
+    for c in ["c", "i"]:
+        assert Categorify(vocabs={c: []}, num_buckets=10).transform([c], df)[c].tolist() == \
+            expected_ids(values[c], fit_values=[], num_buckets=10)[0]
+    wf = Workflow((["c"] >> Categorify(vocabs={"c": []}, num_buckets=10))
+                  + ([("c", "i")] >> Categorify(vocabs={"c_i": []}, encode_type="combo", num_buckets=7)),
+                  progress=False).fit(df)
+    out = wf.transform(df)
+    assert out["c"].tolist() == expected_ids(values["c"], fit_values=[], num_buckets=10)[0]
+    rows = [tuple(r) for r in zip(values["c"], values["i"])]
+    assert out["c_i"].tolist() == expected_ids(rows, fit_values=[], num_buckets=7)[0]
+    assert wf.output_schema["c"].properties["cardinality"] == 2 + 10
+    wf.save(str(tmp_path / "wf"))
+    pd.testing.assert_frame_equal(Workflow.load(str(tmp_path / "wf")).transform(df), out)
+
+
 def test_categorify_floats_and_categoricals_by_value():
     df = pd.DataFrame({"f": [1.0, 2.5, 2.5, np.nan], "k": pd.Categorical(["u", "v", "v", None])})
     _, out = fit_transform(Categorify(), ["f", "k"], df)

@@ -76,7 +76,8 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
         How tuple groups are encoded (see above).
     vocabs : dict, optional
         User-given vocabularies: column (or group name) -> list of values, in id order (for a
-        combo group, a list of tuples). Those columns need no fit; counts are then unknown.
+        combo group, a list of tuples). Those columns need no fit; counts are then unknown. An
+        empty list sends every value to the OOV buckets.
     dtype : str
         Output integer dtype (checked against the cardinality at fit).
 
@@ -255,11 +256,12 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
         return pd.DataFrame(out)
 
     def _vocab_from_user(self, kind: str, key: str, inputs: tuple[str, ...], values: Any) -> pd.DataFrame:
-        value_cols = self._value_columns(kind, inputs)
         rows = list(values)
+        if not rows:  # every value is out of vocabulary: the table a fit on nulls only gives
+            return self._vocab_from_counts(kind, key, inputs, None)
+        value_cols = self._value_columns(kind, inputs)
         if kind == "combo":
-            frame = pd.DataFrame([tuple(r) for r in rows], columns=value_cols) if rows else \
-                pd.DataFrame({c: [] for c in value_cols})
+            frame = pd.DataFrame([tuple(r) for r in rows], columns=value_cols)
         else:
             frame = pd.DataFrame({"value": pd.Series(rows)})
         enc = backend.encoding_for(frame)
