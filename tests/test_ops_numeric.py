@@ -223,6 +223,9 @@ def test_fill_missing_fills_null_lists_and_the_loader_takes_them(tmp_path):
     assert rows_from_loader(loader, "m") == [[-1, -2], [1, 2], [-1, -2], [], [5], [-1, -2], [6]]
     out = wf.transform(raw).compute()
     assert out["m_filled"].tolist() == [row is None for row in other]
+    assert "list" not in wf.output_schema["m_filled"].tags  # one flag a row
+    wf.transform(raw).to_parquet(str(tmp_path / "out"), progress=False)
+    assert Dataset(str(tmp_path / "out")).schema == wf.output_schema
     assert out["m"].dtype.pyarrow_dtype == pa.list_(pa.int32())
 
     # object columns of Python lists (a serving request, pd.read_parquet) come out as list columns too

@@ -168,8 +168,9 @@ def _fill_output_schema(op: Operator, input_schema: Schema, columns: Columns) ->
             base = base.with_tags(*op.output_tags)
         out.append(base)
     if op.add_binary_cols:
-        for col in out[:]:
-            out.append(ColumnSchema(col.name + FILLED_SUFFIX, "bool", col.tags | {str(Tags.BINARY)}))
+        for col in out[:]:  # one flag a row: a list column's LIST tag is not the flag's
+            tags = (col.tags - {str(Tags.LIST)}) | {str(Tags.BINARY)}
+            out.append(ColumnSchema(col.name + FILLED_SUFFIX, "bool", tags))
     return Schema(out)
 
 
@@ -181,7 +182,7 @@ class FillMissing(Operator):
     decimal column as a decimal of its scale (0.5 as 0.50 in a decimal(10, 2)); a constant the
     dtype cannot hold (text in a float column, a number in a datetime one, 0.125 in a decimal of
     scale 2) raises a TypeError naming the column, even in a partition without nulls. Tags are kept; an
-    indicator column carries its column's tags plus ``binary``.
+    indicator column carries its column's tags plus ``binary`` (less ``list``: it has one flag a row).
 
     List columns (ArrowDtype or cuDF lists, or object columns of Python lists / numpy arrays)
     come out as list columns (ArrowDtype on the CPU) whatever the constant is:
