@@ -476,3 +476,27 @@ def test_groupby_of_a_partition_whose_keys_are_all_null_is_empty(device):
     out = backend.to_host(Workflow(["user", "v"] >> ops.Groupby("user", aggs={"v": ["list", "sum"]}),
                                    progress=False).fit_transform(tl.Dataset(data)).compute())
     assert len(out) == 0 and list(out.columns) == ["user", "v_list", "v_sum"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_frame_with_repeated_labels_transforms_and_keeps_them(device):
+    """pd.concat repeats labels; the branches join on row numbers, and the labels go back."""
+    part = pd.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0], "y": [7, 8, 9]})
+    frame = on_device(pd.concat([part, part.iloc[::-1]]), device)
+    frame.index = backend.dataframe_lib(device).Index([0, 1, 2, 2, 1, 0])
+    graph = (["c"] >> ops.Categorify()) + (["x"] >> ops.Normalize()) + ["y"]
+    out = Workflow(graph, progress=False).fit_transform(frame)
+    assert backend.frame_device(out) == device
+    host_out = backend.to_host(out)
+    assert host_out.index.tolist() == [0, 1, 2, 2, 1, 0]
+    assert host_out["c"].tolist() == [3, 4, 3, 3, 4, 3] and host_out["y"].tolist() == [7, 8, 9, 9, 8, 7]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_difference_lag_of_nanosecond_integers_is_exact(device):
+    """int64 timestamps subtract as integers on both devices (as float64 1 ns came out 0)."""
+    ts = pa.array([1_717_243_200_000_000_001, 1_717_243_200_000_000_002, None, 1_717_243_200_000_000_300])
+    data = backend.from_arrow(pa.table({"user": [1, 1, 1, 1], "ts": ts}), device)
+    out = backend.to_host(ops.DifferenceLag("user").transform(["ts"], data))
+    np.testing.assert_array_equal(np.asarray(out["ts_difference_lag_1"], dtype=np.float64),
+                                  [np.nan, 1.0, np.nan, np.nan])
