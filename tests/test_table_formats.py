@@ -138,10 +138,21 @@ def with_added(actions, **fields):
     return [{"add": {**a["add"], **fields}} if "add" in a else a for a in actions]
 
 
+DELETION_VECTOR = {"storageType": "u", "pathOrInlineDv": "ab", "sizeInBytes": 4, "cardinality": 1}
+
+
+def spark_delete(actions):
+    """``actions`` and a DELETE of one row of the first file as Spark writes it: the file added
+    again with its deletion vector, then removed without one (Delta keys files by path and
+    deletion vector, so the remove leaves the new add in place)."""
+    first = next(a["add"] for a in actions if "add" in a)
+    return actions + [{"add": {**first, "deletionVector": DELETION_VECTOR}},
+                      {"remove": {"path": first["path"], "dataChange": True, "deletionTimestamp": 1}}]
+
+
 @pytest.mark.parametrize("edit, message", [
-    (lambda acts: with_added(acts, deletionVector={"storageType": "u", "pathOrInlineDv": "ab", "sizeInBytes": 4,
-                                                  "cardinality": 1}),
-     r"has rows deleted by a deletion vector"),
+    (lambda acts: with_added(acts, deletionVector=DELETION_VECTOR), r"has rows deleted by a deletion vector"),
+    (spark_delete, r"has rows deleted by a deletion vector"),
     (lambda acts: with_added(acts, path="s3://elsewhere/part-0.parquet"), r"names the data file 's3://elsewhere/"
                                                                              r"part-0\.parquet', outside the table's"),
     (lambda acts: with_added(acts, path="..%2F..%2Fsecret.parquet"), r"outside the table's folder"),

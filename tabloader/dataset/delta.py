@@ -136,7 +136,7 @@ class _State:
     def __init__(self) -> None:
         self.protocol: dict = {}
         self.metadata: dict = {}
-        self.files: dict[str, dict] = {}
+        self.files: dict[tuple, dict] = {}  # (path, deletion vector id) -> its add action
 
     def apply(self, action: dict) -> None:
         if "protocol" in action:
@@ -144,9 +144,9 @@ class _State:
         if "metaData" in action:
             self.metadata = action["metaData"]
         if "add" in action:
-            self.files[action["add"]["path"]] = action["add"]
+            self.files[_file_key(action["add"])] = action["add"]
         if "remove" in action:
-            self.files.pop(action["remove"]["path"], None)
+            self.files.pop(_file_key(action["remove"]), None)
 
     def version(self, root: str, number: int) -> DeltaVersion:
         self._check_readable(root)
@@ -176,7 +176,7 @@ class _State:
         """Partition values are read from the files' ``column=value`` folders (hive style, as
         Spark and delta-rs write them); a file without them (random prefixes) is refused."""
         columns = self.metadata.get("partitionColumns") or ()
-        for path in self.files:
+        for path, _ in self.files:
             folders = {part.split("=", 1)[0] for part in unquote(path).split("/")[:-1] if "=" in part}
             missing = [c for c in columns if c not in folders]
             if missing:
@@ -189,6 +189,18 @@ class _State:
         types = {f["name"]: f["type"] for f in fields}
         return {name: _KEY_TYPES[types[name]] for name in self.metadata.get("partitionColumns") or ()
                 if isinstance(types.get(name), str) and types[name] in _KEY_TYPES}
+
+
+def _file_key(action: dict) -> tuple[str, str | None]:
+    """What identifies a file in the log (the Delta protocol's key): its path and its deletion
+    vector's id. Spark's DELETE adds a file again with a deletion vector and removes it without
+    (or with the old one) in one commit: by path alone, the remove took the new add away and the
+    file, rows and all, left the table."""
+    dv = action.get("deletionVector")
+    if not dv:
+        return action["path"], None
+    offset = dv.get("offset")
+    return action["path"], f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}" + ("" if offset is None else f"@{offset}")
 
 
 def _data_path(root: str, uri: str) -> str:
