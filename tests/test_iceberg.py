@@ -302,6 +302,23 @@ def test_a_row_filter_is_read_exactly_on_partitions_and_refused_inside_files(cat
         tl.Dataset(table.scan(row_filter="id > 0"))
 
 
+
+@pytest.mark.parametrize("row_filter", ["shop != 's0'", "not shop == 's0'", "shop not in ('s0')",
+                                        "day != '2024-01-01'", "shop is null or shop != 's0'"])
+def test_a_null_partition_passes_a_filter_as_pyicebergs_reader_and_sql_say(catalog, row_filter):
+    """pyiceberg plans the files of a null partition value for ``!=`` (its residual is
+    always-true), where its reader, as SQL, keeps none of their rows: null != 's0' is not true."""
+    day = pa.array([datetime.date(2024, 1, 1), datetime.date(2024, 1, 2), None, datetime.date(2024, 1, 2)])
+    rows = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "shop": pa.array(["s0", "s1", None, "s1"]),
+                     "day": day})
+    table = catalog.create_table("db.events", rows.schema)
+    with table.update_spec() as update:
+        update.add_identity("shop")
+        update.add_identity("day")
+    table.append(rows)
+    scan = table.scan(row_filter=row_filter)
+    assert records(tl.Dataset(scan).compute()) == pyiceberg_records(scan)
+
 def test_files_outside_the_table_folder_are_refused_naming_them(catalog, tmp_path):
     """A table's metadata may name files anywhere (added files, a manifest list edited): from a
     folder, tabloader reads only inside it."""

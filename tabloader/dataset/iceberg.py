@@ -157,7 +157,7 @@ class _Plan:
             raise IcebergTableError(f"{name}: the scan has limit={scan.limit}, which tabloader does not apply; pass "
                                     "it without limit")
         schema = scan.projection()
-        tasks = list(scan.plan_files())
+        tasks = [task for task in scan.plan_files() if _partition_passes(scan, task)]
         for task in tasks:
             if task.residual != AlwaysTrue():  # the filter is not decided by the file's partition values alone
                 raise IcebergTableError(
@@ -182,6 +182,33 @@ class _Plan:
         urls = list(paths) if is_local(fs) else [fs.unstrip_protocol(p) for p in paths]
         return FileSet(list(paths), fs, directory, [posixpath.dirname(p) for p in paths], urls,
                        table_schema=self.schema, required=self.required, name_ids=self.name_ids)
+
+
+def _partition_passes(scan: Any, task: Any) -> bool:
+    """Whether the scan's row filter holds for the identity partition values of ``task``'s file,
+    in SQL's logic: pyiceberg plans the file of a null ``shop`` for ``shop != 's0'`` (and gives
+    no residual), where its own reader, as SQL, keeps none of its rows. True when the filter
+    needs other columns (the residual then says what the file holds)."""
+    import pyarrow as pa
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.expressions.visitors import bind, extract_field_ids
+    from pyiceberg.io.pyarrow import expression_to_pyarrow
+    from pyiceberg.transforms import IdentityTransform
+
+    if scan.row_filter == AlwaysTrue():
+        return True
+    schema = scan.table_metadata.schema()
+    bound = bind(schema, scan.row_filter, scan.case_sensitive)
+    spec = scan.table_metadata.specs()[task.file.spec_id]
+    values = {f.source_id: task.file.partition[i] for i, f in enumerate(spec.fields)
+              if isinstance(f.transform, IdentityTransform)}
+    needed = extract_field_ids(bound)
+    if not needed <= values.keys():
+        return True
+    arrow = _arrow_schema(schema)
+    row = pa.table({arrow.field(schema.find_column_name(i)).name: pa.array([values[i]], arrow.field(
+        schema.find_column_name(i)).type) for i in needed})
+    return row.filter(expression_to_pyarrow(bound)).num_rows == 1
 
 
 def _stored_partition_columns(scan: Any, task: Any, schema: Any) -> tuple[str, ...]:
