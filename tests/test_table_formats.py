@@ -22,6 +22,7 @@ import pytest
 import tabloader as tl
 from tabloader.dataset.delta import DeltaTableError
 from tabloader.dataset.table_formats import TableFormatError
+from tabloader import backend
 from tabloader.backend import STRING_DTYPE
 
 TABLES = os.path.join(os.path.dirname(__file__), "data", "tables")
@@ -67,6 +68,76 @@ def test_a_delta_table_feeds_a_workflow_and_the_loader():
         tl.Dataset(table_path("delta_commits")))
     ids = np.concatenate([features["id"] for features, _ in tl.Loader(out, 4, categorical=["id", "shop"])])
     assert sorted(ids.tolist()) == [r["id"] for r in deltalake_rows("delta_commits")]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cudf)])
+def test_a_delta_table_whose_schema_gained_columns_reads_them_as_nulls_in_older_files(device):
+    """``clicks`` and ``tag`` came with a ``schema_mode="merge"`` append (Spark's mergeSchema),
+    ``score`` with an ALTER TABLE ADD COLUMNS and no data: the older files lack them. They were
+    refused as files of different columns, or (``score``, in no file) left out of the dataset:
+    the log's schema is the table's. ``clicks`` is an Int64 in every partition (on the CPU),
+    also in those of older files only, as for any integer column that holds a null."""
+    ds = tl.Dataset(table_path("delta_evolved"), part_size=1, device=device)
+    assert ds.npartitions == 3
+    assert ds.schema.column_names == ["id", "x", "clicks", "tag", "score", "shop"]  # partition columns last
+    integers = "Int64" if device == "cpu" else "int64"  # cuDF's integers hold nulls themselves
+    assert all(str(ds.read_partition(i)["clicks"].dtype) == integers for i in range(3))
+    assert rows_of(ds.compute()) == deltalake_rows("delta_evolved")
+    only_added = tl.Dataset(table_path("delta_evolved"), columns=["id", "score"], device=device).compute()
+    assert rows_of(only_added) == [{"id": r["id"], "score": None} for r in deltalake_rows("delta_evolved")]
+
+
+def rows_of(frame) -> list[dict]:
+    """A pandas or cuDF frame's rows as Python values sorted by ``id`` (nulls and NaN as None)."""
+    table = frame.to_arrow(preserve_index=False) if backend.is_gpu_object(frame) else \
+        pa.Table.from_pandas(frame, preserve_index=False)
+    return table.sort_by("id").to_pylist()
+
+
+def write_delta_log(root, fields, partition_columns, files) -> None:
+    """A Delta table at ``root`` written as Spark writes one (by hand: deltalake is not
+    needed): its schema (name, Delta type) and ``files``, (folder, arrow table) pairs."""
+    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
+    actions = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+               {"metaData": {"id": "x", "format": {"provider": "parquet", "options": {}},
+                             "schemaString": json.dumps(schema), "partitionColumns": partition_columns,
+                             "configuration": {}, "createdTime": 0}}]
+    for i, (folder, table) in enumerate(files):
+        os.makedirs(root / folder, exist_ok=True)
+        pq.write_table(table, root / folder / f"p{i}.parquet")
+        values = dict(part.split("=", 1) for part in folder.split("/") if "=" in part)
+        actions.append({"add": {"path": f"{folder}/p{i}.parquet".lstrip("/"), "partitionValues": values,
+                                "size": 1, "modificationTime": 0, "dataChange": True}})
+    os.makedirs(root / "_delta_log")
+    (root / "_delta_log" / ("0" * 20 + ".json")).write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def test_a_delta_tables_columns_have_the_types_its_log_declares(tmp_path):
+    """A file storing an int where the log says long (and a float where it says double, a
+    naive timestamp where it says an instant) is cast to the log's type, as Delta's readers
+    give it; the log's array, decimal and timestamp_ntz columns keep their types."""
+    root = tmp_path / "table"
+    fields = [("id", "long"), ("f", "double"), ("ts", "timestamp"), ("local", "timestamp_ntz"),
+              ("price", "decimal(9,2)"), ("tags", {"type": "array", "elementType": "string", "containsNull": True}),
+              ("small", "short")]
+    stamps = pa.array([0, 86_400_000_000], pa.timestamp("us"))
+    table = pa.table({"id": pa.array([1, 2], pa.int32()), "f": pa.array([0.5, 1.5], pa.float32()), "ts": stamps,
+                      "local": stamps, "price": pa.array([1, 2], pa.decimal128(9, 2)), "tags": [["a"], []],
+                      "small": pa.array([3, 4], pa.int16())})
+    write_delta_log(root, fields, [], [("", table)])
+    got = tl.Dataset(str(root)).source.read_arrow(0)
+    assert got.schema == pa.schema([("id", pa.int64()), ("f", pa.float64()), ("ts", pa.timestamp("us", tz="UTC")),
+                                    ("local", pa.timestamp("us")), ("price", pa.decimal128(9, 2)),
+                                    ("tags", pa.list_(pa.string())), ("small", pa.int16())])
+    assert got.to_pydict() == table.cast(got.schema).to_pydict()
+
+
+def test_a_delta_file_storing_a_column_the_log_does_not_declare_is_refused_naming_both(tmp_path):
+    root = tmp_path / "table"
+    write_delta_log(root, [("id", "long")], [], [("", pa.table({"id": [1]})), ("", pa.table({"id": [2], "y": [3]}))])
+    with pytest.raises(tl.dataset.SchemaMismatchError, match=r"p1\.parquet stores the column\(s\) \['y'\], which the "
+                                                             r"log of the table at .*table does not declare"):
+        tl.Dataset(str(root))
 
 
 @pytest.mark.parametrize("folder, message", [

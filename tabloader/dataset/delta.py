@@ -3,11 +3,15 @@
 A Delta table's folders also hold the files that overwrites, deletes and compactions replaced
 (until a vacuum): its log says which files make each version. This module replays the log --
 the newest checkpoint (parquet), then the JSON commits after it -- into the current version's
-files and the types of its partition columns, so that ``Dataset("table/")`` reads exactly the
-rows the table holds. What a plain parquet reader cannot honour is refused, naming it: deletion
-vectors (rows deleted without rewriting their file), column mapping (physical column names
-differ from the table's) and any other reader feature. Every file must lie inside the table's
-folder (a shallow clone's absolute paths are refused): nothing outside it is read.
+files, its data columns (the log's schema, as arrow types) and the types of its partition
+columns, so that ``Dataset("table/")`` reads exactly the rows the table holds, with the
+table's columns: a file written before a column was added (a ``mergeSchema`` append, ``ALTER
+TABLE ADD COLUMNS``) reads it as nulls, as Delta's readers do. What a plain parquet reader
+cannot honour is refused, naming it: deletion vectors (rows deleted without rewriting their
+file), column mapping (physical column names differ from the table's) and any other reader
+feature.
+Every file must lie inside the table's folder (a shallow clone's absolute paths are refused):
+nothing outside it is read.
 
 Example:
     >>> import fsspec, json, os, tempfile
@@ -22,6 +26,8 @@ Example:
     >>> version = current_version(fsspec.filesystem("file"), root)
     >>> version.number, [os.path.relpath(p, root) for p in version.paths], version.partition_types
     (0, ['dt=2024-01-01/b.parquet'], {'dt': 'date32'})
+    >>> version.columns.names  # the data columns: dt is a partition column
+    []
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ _PLAIN_FEATURES = {"timestampNtz", "vacuumProtocolCheck", "columnMapping", "dele
 _KEY_TYPES = {"string": "string", "boolean": "bool", "byte": "int32", "short": "int32", "integer": "int32",
               "long": "int64", "float": "float64", "double": "float64", "date": "date32",
               "timestamp_ntz": "timestamp[us]"}  # byte, short and float in a wider type that holds them exactly
+# Delta's primitive types of data columns -> the arrow types Delta's readers give them (decimals apart).
+_ARROW_TYPES = {"string": "string", "long": "int64", "integer": "int32", "short": "int16", "byte": "int8",
+                "float": "float32", "double": "float64", "boolean": "bool_", "binary": "binary", "date": "date32"}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
 
 class DeltaTableError(ValueError):
@@ -52,12 +62,14 @@ class DeltaTableError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class DeltaVersion:
-    """A Delta table's current version: its number, its data files (full paths, sorted) and the
-    types of its partition columns that tabloader can give a key (name -> type name)."""
+    """A Delta table's current version: its number, its data files (full paths, sorted), the
+    types of its partition columns that tabloader can give a key (name -> type name) and its
+    data columns, the others (an arrow schema, in the log's order)."""
 
     number: int
     paths: list[str]
     partition_types: dict[str, str]
+    columns: Any
 
 
 def is_delta_table(fs: Any, folder: str) -> bool:
@@ -152,7 +164,7 @@ class _State:
         self._check_readable(root)
         paths = sorted(_data_path(root, add["path"]) for add in self.files.values())
         self._check_partition_folders(root)
-        return DeltaVersion(number, paths, self._partition_types())
+        return DeltaVersion(number, paths, self._partition_types(), self._data_columns(root))
 
     def _check_readable(self, root: str) -> None:
         features = set(self.protocol.get("readerFeatures") or ())
@@ -184,11 +196,51 @@ class _State:
                                       f"folders for its partition column(s) {missing} (randomized file prefixes?); "
                                       "tabloader reads partition values from those folders")
 
+    def _fields(self) -> list[dict]:
+        """The fields of the table's schema (the log's ``schemaString``)."""
+        return json.loads(self.metadata.get("schemaString") or '{"fields": []}')["fields"]
+
     def _partition_types(self) -> dict[str, str]:
-        fields = json.loads(self.metadata.get("schemaString") or '{"fields": []}')["fields"]
-        types = {f["name"]: f["type"] for f in fields}
+        types = {f["name"]: f["type"] for f in self._fields()}
         return {name: _KEY_TYPES[types[name]] for name in self.metadata.get("partitionColumns") or ()
                 if isinstance(types.get(name), str) and types[name] in _KEY_TYPES}
+
+    def _data_columns(self, root: str) -> Any:
+        """The table's columns but its partition columns (read from folders), as arrow types."""
+        import pyarrow as pa
+
+        keys = set(self.metadata.get("partitionColumns") or ())
+        return pa.schema([pa.field(f["name"], arrow_type(f["type"], f"{root}: column {f['name']!r}"))
+                          for f in self._fields() if f["name"] not in keys])
+
+
+def arrow_type(delta_type: Any, where: str) -> Any:
+    """The arrow type of a Delta schema's type (a name, or an array's, struct's or map's JSON),
+    as Delta's readers give it: timestamps in microseconds, ``timestamp`` in UTC (an instant),
+    ``timestamp_ntz`` without a zone. Structs and maps become arrow's (which tabloader refuses
+    to read, naming the column, as it does for parquet files storing them).
+
+    Example:
+        >>> arrow_type({"type": "array", "elementType": "decimal(10,2)", "containsNull": True}, "c")
+        ListType(list<element: decimal128(10, 2)>)
+    """
+    import pyarrow as pa
+
+    if isinstance(delta_type, dict):
+        kind = delta_type.get("type")
+        if kind == "array":
+            return pa.list_(pa.field("element", arrow_type(delta_type["elementType"], where)))
+        if kind == "struct":
+            return pa.struct([pa.field(f["name"], arrow_type(f["type"], where)) for f in delta_type["fields"]])
+        if kind == "map":
+            return pa.map_(arrow_type(delta_type["keyType"], where), arrow_type(delta_type["valueType"], where))
+    elif delta_type in _ARROW_TYPES:
+        return getattr(pa, _ARROW_TYPES[delta_type])()
+    elif delta_type in ("timestamp", "timestamp_ntz"):
+        return pa.timestamp("us", tz="UTC" if delta_type == "timestamp" else None)
+    elif isinstance(delta_type, str) and (match := _DECIMAL.fullmatch(delta_type)):
+        return pa.decimal128(int(match.group(1)), int(match.group(2)))
+    raise DeltaTableError(f"{where} has the Delta type {json.dumps(delta_type)}, which tabloader does not read")
 
 
 def _file_key(action: dict) -> tuple[str, str | None]:

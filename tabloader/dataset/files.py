@@ -43,7 +43,10 @@ class FileSet:
     ``paths`` are spelled as ``fs`` spells them and ``urls`` as readers taking URLs want them;
     ``directory`` is where a saved schema is looked for; ``bases[i]`` is the folder
     ``paths[i]`` was found under; ``key_types`` the types a Delta table's log gives its
-    partition keys (name -> type name; see :mod:`tabloader.dataset.delta`). A table that
+    partition keys (name -> type name; see :mod:`tabloader.dataset.delta`) and
+    ``declared_columns`` its other columns (an arrow schema, in the log's order): the dataset's
+    columns whatever its files store (a file lacking one, written before it was added, reads it
+    as nulls; one storing a column the log does not declare is refused). A table that
     matches its files' columns by field id (Iceberg, see :mod:`tabloader.dataset.iceberg`)
     gives its columns as ``table_schema`` (an arrow schema, each field's id in its
     ``PARQUET:field_id`` metadata), per file the columns it must store (``required``) and
@@ -56,6 +59,7 @@ class FileSet:
     bases: list[str]
     urls: list[str]
     key_types: dict[str, str] = dataclasses.field(default_factory=dict)
+    declared_columns: Any = None
     table_schema: Any = None
     required: list[tuple[str, ...]] | None = None
     name_ids: dict[str, int] | None = None
@@ -75,16 +79,20 @@ class FileSet:
         bases: list[str] = []
         fs, directory = None, None
         key_types: dict[str, str] = {}
+        declared = []
         for item in map(str, source):
             fs, path = filesystem(item)
-            found, base, folder, declared = _expand(fs, path, item)
+            found, base, folder, version = _expand(fs, path, item)
             paths += found
             bases += [base] * len(found)
             directory = directory or folder
-            key_types.update(declared)
+            key_types.update({} if version is None else version.partition_types)
+            declared.append(None if version is None else version.columns)
         # Readers taking URLs (Dask's read_csv) need the protocol back when one was given.
         urls = [fs.unstrip_protocol(p) for p in paths] if "://" in str(source) else paths
-        return cls(paths, fs, directory, bases, urls, key_types)
+        # Delta tables of one schema have its columns; other files are matched as they are
+        same = all(d is not None and d.equals(declared[0]) for d in declared)
+        return cls(paths, fs, directory, bases, urls, key_types, declared[0] if same else None)
 
     def infer_engine(self) -> str:
         """``"parquet"`` or ``"csv"`` from the files' extensions (parquet when they say neither)."""
@@ -128,29 +136,29 @@ def _files_below(fs: Any, folder: str, entered: set[str] | None = None) -> list[
     return found
 
 
-def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str, dict[str, str]]:
+def _expand(fs: Any, path: str, item: str) -> tuple[list[str], str, str, "delta.DeltaVersion | None"]:
     """The data files ``path`` names (a glob, a directory or a file), the folder they were
-    found under (hive keys are below it), the folder of the data (its saved schema) and the
-    key types its table declares (a Delta table: its current version's files, read from its log)."""
+    found under (hive keys are below it), the folder of the data (its saved schema) and, for a
+    Delta table, its current version (its files, columns and key types, read from its log)."""
     if any(ch in path for ch in "*?["):
         base = re.split(r"[*?\[]", path, maxsplit=1)[0].rsplit("/", 1)[0]
         matched = sorted(p for p in fs.glob(path) if fs.isfile(p) and _is_data_file(p) and not _in_hidden_dir(p, base))
         if not matched:
             raise FileNotFoundError(f"no files match {item!r}")
-        return matched, base, matched[0].rsplit("/", 1)[0], {}
+        return matched, base, matched[0].rsplit("/", 1)[0], None
     if fs.isdir(path):
         if delta.is_delta_table(fs, path):  # before listing its folders: they may hold many replaced files
             version = delta.current_version(fs, path)
-            return version.paths, path.rstrip("/"), path, version.partition_types
+            return version.paths, path.rstrip("/"), path, version
         listed = _files_below(fs, path)
         check_not_a_table(fs, path, item, listed)
         found = sorted(p for p in listed if _is_data_file(p) and not _in_hidden_dir(p, path))
         if not found:
             raise FileNotFoundError(f"directory {item!r} has no data files")
-        return found, path.rstrip("/"), path, {}
+        return found, path.rstrip("/"), path, None
     if fs.exists(path):
         folder = path.rsplit("/", 1)[0]
-        return [path], folder, folder, {}
+        return [path], folder, folder, None
     raise FileNotFoundError(f"no such file or directory: {item!r}")
 
 

@@ -27,7 +27,7 @@ from tabloader.dataset.parquet_layout import (Footer, columns_that_may_hold_null
                                               fixed_list_widths, fixed_widths, hive_keys, in_memory_bytes,
                                               int96_columns, key_columns, names_by_field_id, offset_width_free,
                                               read_footer, value_chunks)
-from tabloader.dataset.source import Source, checked_columns, conform_dtypes, error_message
+from tabloader.dataset.source import SchemaMismatchError, Source, checked_columns, conform_dtypes, error_message
 from tabloader.filesystems import is_local
 
 
@@ -109,25 +109,49 @@ class ParquetSource(Source):
     def _layout_by_name(self, footers: Sequence[Footer], columns: Sequence[str] | None,
                         partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
         """The columns of files matched by name, hive keys from their folders; returns each
-        file's ``(key, value)`` pairs."""
+        file's ``(key, value)`` pairs. The columns are those a table's log declares when it
+        does (a Delta table's, see :meth:`_declared_columns`), else the files' own."""
         import pyarrow as pa
 
         files = self.files
         stored = [file_fields(f.arrow_schema) for f in footers]
         key_types, keys = hive_keys(files.paths, files.bases, _given_key_types(files, partition_types), stored)
         fields = [{n: t for n, t in found.items() if n not in key_types} for found in stored]  # keys: from folders
-        # The dataset's types are the first file's; a file declaring a string or list with wider
-        # offsets (or narrower) is the same column, cast as it is read (_conform).
-        check_same_schema(files.paths, [{**{n: offset_width_free(t) for n, t in found.items()},
-                                         **{k: key_types[k] for k, _ in pairs}}
-                                        for found, pairs in zip(fields, keys)], columns)
-        # A key the files also store keeps its place among their columns (as polars and DuckDB show it).
-        names = checked_columns([*stored[0], *(k for k in key_types if k not in stored[0])], columns, files.paths[0])
-        self._arrow_schema = pa.schema([pa.field(n, fields[0][n] if n in fields[0] else key_types[n]) for n in names])
+        if files.declared_columns is None:
+            # The dataset's types are the first file's; a file declaring a string or list with wider
+            # offsets (or narrower) is the same column, cast as it is read (_conform).
+            check_same_schema(files.paths, [{**{n: offset_width_free(t) for n, t in found.items()},
+                                             **{k: key_types[k] for k, _ in pairs}}
+                                            for found, pairs in zip(fields, keys)], columns)
+            # A key the files also store keeps its place among their columns (as polars and DuckDB show it).
+            order, types = list(stored[0]), fields[0]
+            self._names_in_files = None
+        else:
+            order, types = self._declared_columns(fields)
+        names = checked_columns([*order, *(k for k in key_types if k not in order)], columns, self.describe())
+        self._arrow_schema = pa.schema([pa.field(n, types[n] if n in types else key_types[n]) for n in names])
         self.partition_keys = tuple(n for n in names if n in key_types)
         self._list_widths = {n: w for n, w in fixed_list_widths(footers[0].arrow_schema).items() if n in names}
-        self._names_in_files = None
         return keys
+
+    def _declared_columns(self, fields: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+        """The names and types of the columns a table's log declares (``declared_columns``),
+        whatever each file stores (``fields``: per file, its columns but the hive keys): a
+        file written before a column was added lacks it (null in its rows), a narrower type
+        (int where the log says long) is cast as it is read; a column the log does not declare
+        is refused, naming the file."""
+        declared = self.files.declared_columns
+        types = {f.name: f.type for f in declared}
+        for path, found in zip(self.files.paths, fields):
+            undeclared = [n for n in found if n not in types]
+            if undeclared:
+                raise SchemaMismatchError(f"{path} stores the column(s) {undeclared}, which the log of the table at "
+                                          f"{self.files.directory} does not declare (its columns: {declared.names})")
+        lacking = any(len(found) < len(types) for found in fields)
+        # only when some file lacks a column: files storing them all read as plain parquet (codes, GPU runs)
+        self._names_in_files = {path: {n: n for n in found} for path, found in zip(self.files.paths, fields)} \
+            if lacking else None
+        return declared.names, types
 
     def _layout_by_field_id(self, footers: Sequence[Footer], columns: Sequence[str] | None,
                             partition_types: Mapping[str, Any] | str | None) -> list[tuple]:
@@ -152,7 +176,7 @@ class ParquetSource(Source):
     def _codable_columns(self) -> list[str]:
         """The string columns, and list columns of strings, that the CPU reader may give as
         dictionary codes: stored under their own names (no table renames them), not hive keys."""
-        if self.device == "cuda" or self._names_in_files is not None:
+        if self.device == "cuda" or self.files.table_schema is not None:
             return []
         return [f.name for f in self._arrow_schema if _holds_strings(f.type) and f.name not in self.partition_keys]
 

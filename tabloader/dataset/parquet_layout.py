@@ -340,8 +340,9 @@ def columns_that_may_hold_nulls(footers: Sequence[Any], arrow_schema: Any, keys:
     meta read such a column as the same nullable dtype. A row group may hold nulls when its
     statistics count some or do not say; a column the file declares required holds none; a
     partition key may be null in a ``__HIVE_DEFAULT_PARTITION__`` folder. ``names_in_files``
-    (a table matching columns by field id, see :func:`names_by_field_id`): per file, the
-    dataset's column name -> the file's; a column a file lacks is null in all its rows.
+    (a table's columns that some files lack, matched by name or by field id, see
+    :func:`names_by_field_id`): per file, the dataset's column name -> the file's; a column a
+    file lacks is null in all its rows.
     """
     candidates = {f.name for f in arrow_schema if backend.has_nullable_dtype(f.type)}
     found = {name for pairs in keys for name, value in pairs if value is None and name in candidates}

@@ -12,11 +12,16 @@ how they were made::
     /tmp/lake-venv/bin/pip install deltalake==1.6.6 "pyiceberg[sql-sqlite,pyarrow]==0.12.0" pyarrow
     /tmp/lake-venv/bin/python tests/data/make_table_format_files.py tests/data/tables
 
+(followed by names of tables, it writes only those, leaving the others as they are).
+
 - ``delta``: written by deltalake (delta-rs) partitioned by ``dt``, rows 0..5, then overwritten
   by rows 10..12, and checkpointed: the table holds 3 rows, its folders 9 (``delta.jsonl``: the
   current rows), its ``_delta_log/`` a checkpoint in parquet.
 - ``delta_commits``: appended twice, then rows deleted (their files rewritten), no checkpoint;
   partitioned by ``shop`` (digits, but a string) and ``k`` (a long, null once).
+- ``delta_evolved``: appended to, partitioned by ``shop``, then appended to with columns added
+  (``schema_mode="merge"``, Spark's ``mergeSchema``: ``clicks``, a long, and ``tag``), then a
+  column added without data (``ALTER TABLE ADD COLUMNS``: ``score``): the older files lack them.
 - ``iceberg``: an Iceberg table (pyiceberg, a SQLite catalog left out) appended twice and then
   overwritten: its ``data/`` folder holds every version's files.
 """
@@ -60,6 +65,22 @@ def write_delta_commits(root: str) -> None:
     _write_rows(root, "delta_commits", DeltaTable(path).to_pyarrow_table())
 
 
+def write_delta_evolved(root: str) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.schema import Field, PrimitiveType
+
+    path = os.path.join(root, "delta_evolved")
+    first = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "x": pa.array([10, 11, 12], pa.int64()),
+                      "shop": ["a", "b", "a"]})
+    write_deltalake(path, first, partition_by=["shop"])
+    added = pa.table({"id": pa.array([3, 4], pa.int64()), "x": pa.array([13, 14], pa.int64()), "shop": ["b", "b"],
+                      "clicks": pa.array([7, 8], pa.int64()), "tag": ["new", None]})
+    write_deltalake(path, added, partition_by=["shop"], mode="append", schema_mode="merge")
+    DeltaTable(path).alter.add_columns([Field("score", PrimitiveType("double"), nullable=True)])
+    _write_rows(root, "delta_evolved", DeltaTable(path).to_pyarrow_table())
+
+
 def _write_rows(root: str, name: str, table) -> None:
     with open(os.path.join(root, f"{name}.jsonl"), "w") as out:
         out.writelines(json.dumps(row) + "\n" for row in table.sort_by("id").to_pylist())
@@ -81,13 +102,19 @@ def write_iceberg(root: str) -> None:
     shutil.rmtree(warehouse)  # the catalog: not part of the table's folder
 
 
-def main(root: str) -> None:
-    shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(root)
-    write_delta(root)
-    write_delta_commits(root)
-    write_iceberg(root)
+WRITERS = {"delta": write_delta, "delta_commits": write_delta_commits, "delta_evolved": write_delta_evolved,
+           "iceberg": write_iceberg}
+
+
+def main(root: str, names: list[str]) -> None:
+    """Write the tables ``names`` (all of them when none) into ``root``, replacing their files."""
+    if not names:
+        shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root, exist_ok=True)
+    for name in names or WRITERS:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        WRITERS[name](root)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
