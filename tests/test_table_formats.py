@@ -94,6 +94,26 @@ def rows_of(frame) -> list[dict]:
     return table.sort_by("id").to_pylist()
 
 
+def test_a_delta_table_without_files_is_an_empty_dataset_with_its_columns():
+    """Every row deleted: the version has no files (its folders still hold the deleted ones).
+    It crashed on the first file's schema; it is empty with the log's columns and types, the
+    partition column ``dt`` typed as the log declares it (and filtered as such), and fits and
+    transforms as empty; the loader refuses it, as any dataset without rows."""
+    assert deltalake_rows("delta_emptied") == []
+    assert glob.glob(os.path.join(TABLES, "delta_emptied", "dt=*", "*.parquet"))
+    ds = tl.Dataset(table_path("delta_emptied"))
+    assert len(ds) == 0 and [(c.name, c.dtype) for c in ds.schema] == [("id", "int64"), ("x", "float64"),
+                                                                       ("dt", "date32[day]")]
+    assert ds.compute().empty
+    out = tl.Workflow((["id"] >> tl.ops.Categorify()) + ["x"], progress=False).fit_transform(ds)
+    assert out.compute().empty and list(out.compute().columns) == ["id", "x"]
+    with pytest.raises(ValueError, match="the dataset has no rows to load"):  # as for any dataset without rows
+        tl.Loader(out, 4, categorical=["id"], continuous=["x"])
+    assert str(tl.Dataset(table_path("delta_emptied"), partition_types={"dt": "string"}).meta()["dt"].dtype) == \
+        str(STRING_DTYPE)
+    assert tl.Dataset(table_path("delta_emptied"), filters=[("dt", "==", "2024-01-01")]).compute().empty
+
+
 def write_delta_log(root, fields, partition_columns, files) -> None:
     """A Delta table at ``root`` written as Spark writes one (by hand: deltalake is not
     needed): its schema (name, Delta type) and ``files``, (folder, arrow table) pairs."""

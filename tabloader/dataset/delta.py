@@ -6,10 +6,10 @@ the newest checkpoint (parquet), then the JSON commits after it -- into the curr
 files, its data columns (the log's schema, as arrow types) and the types of its partition
 columns, so that ``Dataset("table/")`` reads exactly the rows the table holds, with the
 table's columns: a file written before a column was added (a ``mergeSchema`` append, ``ALTER
-TABLE ADD COLUMNS``) reads it as nulls, as Delta's readers do. What a plain parquet reader
-cannot honour is refused, naming it: deletion vectors (rows deleted without rewriting their
-file), column mapping (physical column names differ from the table's) and any other reader
-feature.
+TABLE ADD COLUMNS``) reads it as nulls, as Delta's readers do, and a version without files
+(every row deleted) is an empty dataset of those columns. What a plain parquet reader cannot
+honour is refused, naming it: deletion vectors (rows deleted without rewriting their file),
+column mapping (physical column names differ from the table's) and any other reader feature.
 Every file must lie inside the table's folder (a shallow clone's absolute paths are refused):
 nothing outside it is read.
 

@@ -115,7 +115,8 @@ class ParquetSource(Source):
 
         files = self.files
         stored = [file_fields(f.arrow_schema) for f in footers]
-        key_types, keys = hive_keys(files.paths, files.bases, _given_key_types(files, partition_types), stored)
+        key_types, keys = hive_keys(files.paths, files.bases, _given_key_types(files, partition_types), stored,
+                                    known=list(files.key_types))
         fields = [{n: t for n, t in found.items() if n not in key_types} for found in stored]  # keys: from folders
         if files.declared_columns is None:
             # The dataset's types are the first file's; a file declaring a string or list with wider
@@ -131,7 +132,8 @@ class ParquetSource(Source):
         names = checked_columns([*order, *(k for k in key_types if k not in order)], columns, self.describe())
         self._arrow_schema = pa.schema([pa.field(n, types[n] if n in types else key_types[n]) for n in names])
         self.partition_keys = tuple(n for n in names if n in key_types)
-        self._list_widths = {n: w for n, w in fixed_list_widths(footers[0].arrow_schema).items() if n in names}
+        widths = fixed_list_widths(footers[0].arrow_schema) if footers else {}
+        self._list_widths = {n: w for n, w in widths.items() if n in names}
         return keys
 
     def _declared_columns(self, fields: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
@@ -378,7 +380,7 @@ def _filtered(files: FileSet, partition_types: Mapping[str, Any] | str | None, f
                          f"{files.directory} is read from its metadata: give its scan a row_filter on identity "
                          "partition columns instead (tl.Dataset(table.scan(row_filter=...)))")
     given, stored = _given_key_types(files, partition_types), _stored_columns_of_one(files)
-    kept, types = kept_files(files.paths, files.bases, given, filters, files.directory, stored)
+    kept, types = kept_files(files.paths, files.bases, given, filters, files.directory, stored, list(files.key_types))
     # A key typed from its folders' values keeps the type all of them give: dropping `zip=01234`
     # must not make the other zips numbers (a fitted workflow would then refuse the dataset).
     inferred = {} if isinstance(given, str) else {name: str(t) for name, t in types.items()

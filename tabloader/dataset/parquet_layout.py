@@ -78,7 +78,8 @@ def key_types() -> dict[str, Any]:
 
 
 def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mapping[str, Any] | str | None = None,
-              stored: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], list[tuple]]:
+              stored: Sequence[Mapping[str, Any]] = (), known: Sequence[str] = ()
+              ) -> tuple[dict[str, Any], list[tuple]]:
     """The hive partition keys of each file: the ``name=value`` folders between the folder it
     was found under and the file.
 
@@ -91,7 +92,9 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mappi
     ``"string"``) instead. A key that the files also store as a column (polars' and DuckDB's
     partitioned writes do) has the type of that column: ``stored`` holds each file's column
     types (name -> arrow type); the value is still the folder's, as Spark, polars and DuckDB
-    read it. Returns the key types (name -> arrow type) and per file its ``(name, value)`` pairs.
+    read it. ``known`` names keys beyond those of the folders, each typed by ``partition_types``
+    (a Delta table's partition columns: an empty table has them too). Returns the key types
+    (name -> arrow type) and per file its ``(name, value)`` pairs.
 
     Example:
         >>> paths = ["/d/dt=2024-01-01/zip=01234/a.parquet", "/d/dt=2024-01-02/zip=10115/b.parquet"]
@@ -105,7 +108,7 @@ def hive_keys(paths: Sequence[str], bases: Sequence[str], partition_types: Mappi
     for path, base in zip(paths, bases):
         folders = path[len(base):].strip("/").split("/")[:-1] if path.startswith(base) else []
         found.append([tuple(unquote(part) for part in folder.split("=", 1)) for folder in folders if "=" in folder])
-    names = list(dict.fromkeys(k for keys in found for k, _ in keys))
+    names = list(dict.fromkeys([*(k for keys in found for k, _ in keys), *known]))
     given, in_files = _wanted_key_types(partition_types, names, paths), _stored_key_types(names, stored)
     types: dict[str, Any] = {}
     typed: dict[str, dict[str, Any]] = {}

@@ -79,19 +79,20 @@ def _condition(item: Any) -> Condition:
 
 
 def kept_files(paths: Sequence[str], bases: Sequence[str], partition_types: Any, filters: Any,
-               where: str, stored: Sequence[Any] = ()) -> tuple[list[int], dict[str, Any]]:
+               where: str, stored: Sequence[Any] = (), known: Sequence[str] = ()) -> tuple[list[int], dict[str, Any]]:
     """The positions of the files (``paths``, found under ``bases``) whose partition keys pass
     ``filters``, and the keys' types, typed as the dataset types them (``stored``: column types
-    of files that may store keys, see :func:`~tabloader.dataset.parquet_layout.hive_keys`);
-    ``where`` names the dataset in errors (a filter on a column that is not a key, a value the
-    key's type cannot hold, no file kept)."""
+    of files that may store keys, ``known``: keys a table declares, see
+    :func:`~tabloader.dataset.parquet_layout.hive_keys`); ``where`` names the dataset in errors
+    (a filter on a column that is not a key, a value the key's type cannot hold, no file kept
+    of some: a table without files stays empty)."""
     conjunctions = as_conditions(filters)
-    types, keys = hive_keys(paths, bases, partition_types, stored)
+    types, keys = hive_keys(paths, bases, partition_types, stored, known)
     typed = [[_typed(c, types, where) for c in conjunction] for conjunction in conjunctions]
     values = [dict(pairs) for pairs in keys]
     kept = [i for i, found in enumerate(values)
             if any(all(c.holds(found.get(c.key)) for c in conjunction) for conjunction in typed)]
-    if not kept:
+    if not kept and paths:
         raise ValueError(f"filters={filters!r} keep none of the {len(paths)} files of {where}; its keys take the values "
                          f"{_values(keys)}")
     return kept, types

@@ -22,6 +22,8 @@ how they were made::
 - ``delta_evolved``: appended to, partitioned by ``shop``, then appended to with columns added
   (``schema_mode="merge"``, Spark's ``mergeSchema``: ``clicks``, a long, and ``tag``), then a
   column added without data (``ALTER TABLE ADD COLUMNS``: ``score``): the older files lack them.
+- ``delta_emptied``: partitioned by ``dt`` (a date), then every row deleted: its current
+  version has no files, its folders still hold the deleted ones.
 - ``iceberg``: an Iceberg table (pyiceberg, a SQLite catalog left out) appended twice and then
   overwritten: its ``data/`` folder holds every version's files.
 """
@@ -81,6 +83,20 @@ def write_delta_evolved(root: str) -> None:
     _write_rows(root, "delta_evolved", DeltaTable(path).to_pyarrow_table())
 
 
+def write_delta_emptied(root: str) -> None:
+    import datetime
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    path = os.path.join(root, "delta_emptied")
+    days = [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2)]
+    write_deltalake(path, pa.table({"id": pa.array([0, 1], pa.int64()), "x": [0.5, 1.5], "dt": days}),
+                    partition_by=["dt"])
+    DeltaTable(path).delete()  # every row: the version has no files
+    _write_rows(root, "delta_emptied", DeltaTable(path).to_pyarrow_table())
+
+
 def _write_rows(root: str, name: str, table) -> None:
     with open(os.path.join(root, f"{name}.jsonl"), "w") as out:
         out.writelines(json.dumps(row) + "\n" for row in table.sort_by("id").to_pylist())
@@ -103,7 +119,7 @@ def write_iceberg(root: str) -> None:
 
 
 WRITERS = {"delta": write_delta, "delta_commits": write_delta_commits, "delta_evolved": write_delta_evolved,
-           "iceberg": write_iceberg}
+           "delta_emptied": write_delta_emptied, "iceberg": write_iceberg}
 
 
 def main(root: str, names: list[str]) -> None:
