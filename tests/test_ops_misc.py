@@ -350,6 +350,19 @@ def test_list_slice_matches_python_slicing(frame, start, end, pad):
     assert out["genres"].dtype.pyarrow_dtype == pa.list_(pa.int64())
 
 
+
+@pytest.mark.parametrize("start,end,pad", LIST_SLICES)
+def test_list_slice_value_count_is_that_of_the_sliced_lists(frame, start, end, pad):
+    """ValueCount's lengths, sliced: the loader pads lists to the schema's max (a max left at
+    the unsliced 6 padded every batch to 6). Bounds that slicing leaves unknown are dropped."""
+    wf = Workflow(["genres"] >> ValueCount() >> ListSlice(start, end, pad=pad), progress=False).fit(one_part(frame))
+    lengths = [len(x) for x in _python_slice(frame["genres"].tolist(), start, end, pad, 0) if x is not None]
+    counts = wf.output_schema["genres"].properties.get("value_count")
+    if start < 0 <= (end if end is not None else -1):
+        assert counts is None
+    else:
+        assert counts["max"] == max(lengths) and counts["min"] <= min(lengths)
+
 def test_list_slice_workflow_large_list_sliced_arrays_and_errors(frame, tmp_path):
     wf = Workflow(["genres"] >> ListSlice(0, 2, pad=True), progress=False).fit(many_parts(frame))
     out = wf.transform(many_parts(frame)).compute()

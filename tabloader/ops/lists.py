@@ -9,12 +9,13 @@ per row.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tabloader import backend
 from tabloader.encoding.lists import list_column
 from tabloader.ops.base import Columns, Operator, StatOperator, flatten_columns
-from tabloader.schema import Schema
+from tabloader.schema import ColumnSchema, Schema
 
 
 class ValueCount(StatOperator):
@@ -142,7 +143,25 @@ class ListSlice(Operator):
 
     def compute_output_schema(self, input_schema: Schema, columns: Columns) -> Schema:
         schema = super().compute_output_schema(input_schema, columns)
-        if not self.pad:
-            return schema
-        width = self._fixed_length()
-        return Schema(c.with_properties(value_count={"min": width, "max": width}) for c in schema)
+        if self.pad:
+            width = self._fixed_length()
+            return Schema(c.with_properties(value_count={"min": width, "max": width}) for c in schema)
+        return Schema(self._sliced_counts(c) for c in schema)
+
+    def _sliced_counts(self, column: ColumnSchema) -> ColumnSchema:
+        """``column`` with its ``value_count`` (list lengths, from ValueCount) as slicing leaves
+        them: the loader pads lists to that max. The slice's length grows with the list's, but
+        for a negative start and a non-negative end: bounds unknown then, the property is dropped."""
+        counts = column.properties.get("value_count")
+        if not counts:
+            return column
+        if self.start < 0 <= (self.end if self.end is not None else -1):
+            return dataclasses.replace(column, properties={k: v for k, v in column.properties.items()
+                                                           if k != "value_count"})
+        return column.with_properties(value_count={k: self._sliced_length(int(counts[k])) for k in ("min", "max")})
+
+    def _sliced_length(self, length: int) -> int:
+        """How many elements of a list of ``length`` the slice keeps (as :meth:`_slice` does)."""
+        start = max(length + self.start, 0) if self.start < 0 else min(self.start, length)
+        end = length if self.end is None else max(length + self.end, 0) if self.end < 0 else min(self.end, length)
+        return max(end - start, 0)
