@@ -314,6 +314,19 @@ def test_groupby_sessions_match_a_computation_by_hand(tmp_path):
     assert plain(again["item_list"]) == expected["item_list"]
 
 
+def test_groupby_lists_of_encoded_ids_keep_their_cardinality(tmp_path):
+    """item_list and item_last hold item's ids: the embedding sizes (and the torch configs) come
+    from the Categorify's cardinality they keep."""
+    path = write_parquet(tmp_path, sessions_table())
+    items = ["item"] >> ops.Categorify()
+    graph = (["session", "t"] + items) >> ops.Groupby("session", sort_cols=["t"], aggs={"item": ["list", "last"]})
+    wf = tl.Workflow(graph, progress=False).fit(tl.Dataset(path))
+    cardinality = wf.output_schema["item_list"].properties["cardinality"]
+    assert cardinality == len(set(sessions_table().column("item").to_pylist()) - {None}) + 3  # padding, null, a bucket
+    assert wf.output_schema["item_last"].properties["cardinality"] == cardinality
+    assert ops.get_embedding_sizes(wf)["item_list"][0] == cardinality
+
+
 def test_groupby_default_lists_every_column_and_checks_arguments():
     frame = pd.DataFrame({"k": ["b", "a", "b"], "v": [1, 2, 3], "w": [0.5, 1.5, 2.5]})
     out = ops.Groupby("k").transform(["k", "v", "w"], frame)

@@ -136,8 +136,9 @@ class Groupby(Operator):
         for col, agg in self._plan(columns):
             name = f"{col}{self.name_sep}{agg}"
             base = input_schema[col] if col in input_schema else ColumnSchema(col)
-            if agg in LIST_AGGS:
-                out.append(ColumnSchema(name, base.dtype, base.tags, {}, is_list=agg == "list"))
+            if agg in LIST_AGGS:  # the column's values: its properties (a Categorify's cardinality) hold
+                properties = {k: v for k, v in base.properties.items() if not (agg == "list" and k == "value_count")}
+                out.append(ColumnSchema(name, base.dtype, base.tags, properties, is_list=agg == "list"))
             else:
                 out.append(ColumnSchema(name, tags={str(Tags.CONTINUOUS)}))
         return Schema(out)
