@@ -59,8 +59,8 @@ MAX_EMBEDDING_DIM = 512
 def suggested_embedding_dim(cardinality: int, max_dim: int = MAX_EMBEDDING_DIM) -> int:
     """The suggested embedding width for a table of ``cardinality`` rows (the one rule).
 
-    ``round(1.6 * cardinality ** 0.56)`` (the rule of thumb of fast.ai and NVTabular), at most
-    ``max_dim`` and at least 1; a cardinality of 0 gives 1. The categorical encoders record it
+    ``round(1.6 * cardinality ** 0.56)`` (fast.ai's rule of thumb; NVTabular's helper also
+    raises it to at least 16), at most ``max_dim`` and at least 1; a cardinality of 0 gives 1. The categorical encoders record it
     in the schema as ``embedding_dim``, and the PyTorch and Keras layers use it for a column
     without that property. A negative (or NaN) ``cardinality`` or a ``max_dim`` below 1 raises
     ``ValueError``.
