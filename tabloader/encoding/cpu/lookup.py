@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -111,12 +112,36 @@ def _key_index(values: pd.Series, kind: str) -> Any:
     return IntKeys(np.zeros(0, np.int64))
 
 
+# Parts of an index built on first use are built by one thread while the others wait: threads of
+# a transform all query a fresh index at once, and each built its own copy.
+_BUILDING = threading.Lock()
+
+
+def _built_once(owner: Any, attribute: str, build: Any) -> Any:
+    """``owner.<attribute>``, set to ``build()`` first if it is None, by one thread at a time."""
+    value = getattr(owner, attribute)
+    if value is None:
+        with _BUILDING:
+            value = getattr(owner, attribute)
+            if value is None:
+                value = build()
+                setattr(owner, attribute, value)
+    return value
+
+
 def _hashed_index(keys: np.ndarray) -> pd.Index:
     """A ``pd.Index`` of ``keys`` with its hash table built now, before threads share it: pandas
-    2 builds it on first use without a lock, and threads querying a fresh Index at once saw it
-    holding duplicates (InvalidIndexError from get_indexer)."""
-    index = pd.Index(keys)
-    index.is_unique  # noqa: B018  (asking builds the hash table)
+    builds it on first use without a lock, and threads querying a fresh Index at once saw it
+    holding duplicates (InvalidIndexError from get_indexer), or each built one (8 threads: 8
+    tables of millions of keys). ``is_unique`` alone does not build it for sorted keys (a
+    vocabulary of values seen once each), a lookup does."""
+    return _with_hash_table(pd.Index(keys))
+
+
+def _with_hash_table(index: pd.Index) -> pd.Index:
+    """``index`` (of unique keys) with its hash table built (see :func:`_hashed_index`)."""
+    index.is_unique  # noqa: B018
+    index.get_indexer(index[:1])
     return index
 
 
@@ -172,11 +197,12 @@ class IntKeys:
         return pos
 
     def _search(self, values: np.ndarray) -> np.ndarray:
-        if self._sorted is None:
+        def build() -> tuple[np.ndarray, np.ndarray]:
             keys = self.index.to_numpy()
             order = np.argsort(keys, kind="stable")
-            self._sorted = order, keys[order]
-        order, keys = self._sorted
+            return order, keys[order]
+
+        order, keys = _built_once(self, "_sorted", build)
         if not len(keys):
             return np.full(len(values), -1, dtype=np.int64)
         at = np.minimum(keys.searchsorted(values), len(keys) - 1)
@@ -244,16 +270,18 @@ class StringKeys:
         return found[indices] if len(found) else np.full(len(values), -1, np.int64)
 
     def _short_keys(self) -> Any:
-        if self._short is None:
+        def build() -> Any:
             packed = pack_strings(self.keys, None)
-            self._short = (IntKeys(packed[0]), packed[1]) if packed is not None else False
-        return self._short
+            return (IntKeys(packed[0]), packed[1]) if packed is not None else False
+
+        return _built_once(self, "_short", build)
 
     def _hash_index(self) -> Any:
-        if self._by_hash is None:
+        def build() -> Any:
             index = pd.Index(backend.hash_strings(self.keys))
-            self._by_hash = index if index.is_unique else False
-        return self._by_hash
+            return _with_hash_table(index) if index.is_unique else False
+
+        return _built_once(self, "_by_hash", build)
 
 
 def _find_short(short: tuple[IntKeys, int], values: Any) -> np.ndarray | None:
