@@ -22,7 +22,8 @@ Example:
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+import threading
+from typing import Any, Callable, Sequence
 
 from tabloader.graph import Node, OpNode
 from tabloader.schema import ColumnSchema, Schema
@@ -254,6 +255,25 @@ class CachedLookups:
         state = dict(self.__dict__)
         state.pop("_lookup", None)
         return state
+
+
+# One lookup is built at a time in a process: a transform's threads all start on an empty cache,
+# and each built its own copy of every lookup at once (8 threads: 8 hash tables of millions of
+# keys alive together). Reentrant: a build may use another cached entry.
+_BUILDING = threading.RLock()
+
+
+def cached_entry(op: Any, key: tuple, build: Callable[[], Any]) -> Any:
+    """``op``'s ``_lookup`` cache entry ``key`` (see :func:`lookup_key`), made by ``build()`` on
+    first use, once: other threads needing it meanwhile wait for it."""
+    cache = op.__dict__.setdefault("_lookup", {})
+    entry = cache.get(key)
+    if entry is None:
+        with _BUILDING:
+            entry = cache.get(key)
+            if entry is None:
+                entry = cache[key] = build()
+    return entry
 
 
 _GPU_LIBRARIES = ("tabloader.encoding.gpu", "cupy")

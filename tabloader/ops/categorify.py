@@ -34,7 +34,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.encoding.contract import cardinality, check_id_range, integer_dtype
 from tabloader.encoding.lists import holds_lists
-from tabloader.ops.base import CachedLookups, Columns, StatOperator, group_name, lookup_key
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, cached_entry, group_name, lookup_key
 from tabloader.ops.categorical_columns import categorical_schema, check_num_buckets, param_for
 from tabloader.ops.vocabulary_tables import VocabularyTables
 from tabloader.schema import ColumnSchema, Schema, Tags
@@ -298,14 +298,11 @@ class Categorify(VocabularyTables, CachedLookups, StatOperator):
             self._vocabulary(kind, key, inputs)
 
     def _get_lookup(self, enc: Any, kind: str, key: str, inputs: tuple[str, ...]) -> Any:
-        cache, cache_key = self.__dict__.setdefault("_lookup", {}), lookup_key(enc, key)
-        lookup = cache.get(cache_key)
-        if lookup is None:
+        def build() -> Any:
             vocab = self._vocabulary(kind, key, inputs)
-            value_cols = self._value_columns(kind, inputs)
-            lookup = enc.ValueLookup([vocab[c] for c in value_cols], self, key)
-            cache[cache_key] = lookup  # two threads building it at once is harmless
-        return lookup
+            return enc.ValueLookup([vocab[c] for c in self._value_columns(kind, inputs)], self, key)
+
+        return cached_entry(self, lookup_key(enc, key), build)
 
     def encoders(self, columns: Columns, enc: Any) -> list[tuple[str, tuple[str, ...], list[str], Any, int]]:
         """``(kind, inputs, outputs, lookup, num_buckets)`` per vocabulary the selected ``columns``

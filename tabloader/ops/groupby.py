@@ -25,7 +25,7 @@ import pandas as pd
 from tabloader import backend
 from tabloader.encoding.lists import holds_lists
 from tabloader.graph import Node
-from tabloader.ops.base import CachedLookups, Columns, StatOperator, check_numeric, group_name, lookup_key
+from tabloader.ops.base import CachedLookups, Columns, StatOperator, cached_entry, check_numeric, group_name, lookup_key
 from tabloader.schema import ColumnSchema, Schema, Tags
 
 STATS = ("count", "sum", "mean", "std", "var", "min", "max")
@@ -71,22 +71,16 @@ def key_rows(mask: Any, codes: Any, rows: int) -> tuple[Any, Any]:
 
 def cached_lookup(op: Any, enc: Any, prefix: str, table: pd.DataFrame, key_columns: Sequence[str]) -> Any:
     """The lookup of ``table``'s keys for ``prefix``, built on first use and cached by the op."""
-    cache, key = op.__dict__.setdefault("_lookup", {}), lookup_key(enc, prefix)
-    lookup = cache.get(key)
-    if lookup is None:
-        lookup = cache[key] = enc.ValueLookup([table[k] for k in key_columns], op, prefix)
-    return lookup
+    return cached_entry(op, lookup_key(enc, prefix),
+                        lambda: enc.ValueLookup([table[k] for k in key_columns], op, prefix))
 
 
 def cached_values(op: Any, like: Any, prefix: str, table: pd.DataFrame, columns: Sequence[str]) -> Any:
     """``table[columns]`` as one float64 array of the library of ``like`` (numpy, or CuPy: the
     fitted table is copied to the device once per process, not per partition), cached by the op."""
     xp = backend.array_lib(like)
-    cache = op.__dict__.setdefault("_lookup", {})
-    key = lookup_key(xp, prefix, tuple(columns))
-    if key not in cache:
-        cache[key] = xp.asarray(table[list(columns)].to_numpy(dtype=np.float64).reshape(len(table), len(columns)))
-    return cache[key]
+    return cached_entry(op, lookup_key(xp, prefix, tuple(columns)), lambda: xp.asarray(
+        table[list(columns)].to_numpy(dtype=np.float64).reshape(len(table), len(columns))))
 
 
 def float_values(frame: Any, name: str) -> Any:

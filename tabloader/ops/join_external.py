@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tabloader import backend
-from tabloader.ops.base import CachedLookups, Columns, Operator, flatten_columns
+from tabloader.ops.base import CachedLookups, Columns, Operator, cached_entry, flatten_columns
 from tabloader.schema import ColumnSchema, Schema
 
 HOWS = ("left", "inner")
@@ -115,14 +115,14 @@ class JoinExternal(CachedLookups, Operator):
         nullable integers: a left join's missing match is then a null, where pandas -- and cuDF
         26.10, which follows it in ``merge`` -- turn a numpy integer column into float64 (not
         exact beyond 2**53)."""
-        cache = self.__dict__.setdefault("_lookup", {})
-        key = (device, backend.current_gpu(not backend.is_host(device)))  # a copy per GPU it is used on
-        if key not in cache:
+        def build() -> Any:
             table = backend.to_frame_device(self._require_table(), device)
             ints = {c: backend.nullable_integer_name(d.name) for c, d in table.dtypes.items()
                     if c not in self.on_ext and isinstance(d, np.dtype) and d.kind in "iu"}  # keys as they are
-            cache[key] = table.astype(ints) if ints else table
-        return cache[key]
+            return table.astype(ints) if ints else table
+
+        key = (device, backend.current_gpu(not backend.is_host(device)))  # a copy per GPU it is used on
+        return cached_entry(self, key, build)
 
     # --- graph -----------------------------------------------------------------------------
     def dependencies(self) -> list[str]:
