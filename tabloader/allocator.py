@@ -99,3 +99,15 @@ def retained_freed_memory() -> Iterator[None]:
             _active -= 1
             if _active == 0:
                 libc.malloc_trim(0)
+
+
+def hand_back_freed_memory() -> None:
+    """Give the memory glibc holds freed back to the system now (``malloc_trim``), unless a
+    :func:`retained_freed_memory` block is keeping it for reuse or tuning is off: after a large
+    one-off structure is gone (the footers of thousands of files)."""
+    libc = glibc_library() if tuning_enabled() else None
+    if libc is None:
+        return
+    with _lock:
+        if _active == 0:
+            libc.malloc_trim(0)

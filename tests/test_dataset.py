@@ -1104,3 +1104,20 @@ def test_a_dask_frame_s_object_columns_of_lists_read_as_list_columns(tmp_path):
     expected = tl.Workflow(graph, progress=False).fit_transform(pd.read_parquet(tmp_path / "l.parquet"))["tags"]
     assert values.tolist() == [v for row in expected.tolist() for v in row]
     assert np.diff(offsets).tolist() == [len(row) for row in expected.tolist()]
+
+
+def test_opening_many_files_leaves_none_of_their_footers_alive(tmp_path):
+    """A footer's FileMetaData and its ParquetSchema refer to each other: without the cycle
+    collector they outlived Dataset() (1.9 GB for 2,000 files of 100 columns)."""
+    import gc
+
+    for i in range(70):
+        pq.write_table(pa.table({"a": [i], "b": [float(i)]}), tmp_path / f"p{i:03d}.parquet")
+    gc.collect()
+    gc.disable()  # as between the interpreter's own rare full collections
+    try:
+        ds = Dataset(str(tmp_path))
+        alive = [o for o in gc.get_objects() if type(o).__name__ in ("FileMetaData", "ParquetSchema")]
+    finally:
+        gc.enable()
+    assert ds.num_rows == 70 and alive == []
