@@ -8,11 +8,13 @@ input was null (NaN/None/NA) and got filled. Only nulls are filled; +-inf stays 
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import warnings
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tabloader import backend
 from tabloader.encoding.lists import LIST_ROW_TYPES, as_list_column
@@ -113,7 +115,26 @@ def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any
     changed = [f.dtype for f in filled if f.dtype != series.dtype]
     if changed:
         raise _cannot_fill(op, col, series, value, f"it does not fit the dtype (the column would become {changed[0]})")
+    why = None if null_row is None else _not_held_exactly(series.dtype, value)  # pandas 2 does not say
+    if why:
+        raise _cannot_fill(op, col, series, value, why)
     return filled[0]
+
+
+def _not_held_exactly(dtype: Any, value: Any) -> str | None:
+    """Why an integer or datetime ``dtype`` cannot hold ``value`` as it is, where pandas 2 fills
+    it anyway: an integer beyond the dtype's range (1000 wrapped to -24 in an Int8 column), a time
+    finer than the dtype's unit (half a second truncated in a column of seconds); else None."""
+    kind = getattr(dtype, "kind", "")
+    if kind in "iu" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        info = np.iinfo(np.dtype(getattr(dtype, "numpy_dtype", dtype)))
+        return None if info.min <= int(value) <= info.max else f"it is outside the range of {dtype}"
+    if kind in "mM" and isinstance(value, (datetime.datetime, datetime.timedelta, np.datetime64, np.timedelta64)):
+        unit = np.datetime_data(np.dtype(getattr(dtype, "base", dtype)))[0]
+        time = pd.Timestamp(value) if kind == "M" else pd.Timedelta(value)
+        if unit != "ns" and time != time.floor(pd.Timedelta(1, unit=unit)):
+            return "it is finer than the column's time unit"
+    return None
 
 
 def _null_row(series: Any) -> Any:
