@@ -263,6 +263,20 @@ def test_memory_bounded_by_buffer(tmp_path):
     assert peak < 8 * budget_rows * ROW_BYTES + 2_000_000, peak
 
 
+
+def test_a_chunk_of_lists_longer_than_the_first_partitions_stays_within_the_buffer(tmp_path):
+    """Chunks are sized from the lists' mean length: taken from the first partition alone, data
+    whose lists grow over time (1 element first, 30 later) filled chunks 9x buffer_size."""
+    n = 20_000
+    for f, length in enumerate([1, 30, 30, 30]):
+        elements = pa.array(np.ones(n * length, np.int64))
+        tags = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * length), elements)
+        pq.write_table(pa.table({"x": np.arange(n), "tags": tags}), tmp_path / f"p{f}.parquet")
+    budget = 2_000_000
+    loader = Loader(tl.Dataset(str(tmp_path), part_size="1MB"), 1024, buffer_size=budget, categorical=["x", "tags"])
+    rows = max(spec.num_rows for spec in loader.plan.chunks(0))
+    assert rows * (8 + 8 + 8 * 30) <= budget  # x, the offsets and 30 elements a row
+
 def test_chunk_of_many_partitions_holds_few_decoded_at_once(tmp_path):
     """Chunks spanning 8 partitions: each decoded partition is packed as it comes and freed, so
     arrow's memory pool (the partitions are decoded into it) peaks at a few partitions -- the one
