@@ -12,6 +12,7 @@ run of host-only operators costs one copy, and that the device hashes have the C
 
 from __future__ import annotations
 
+import datetime
 import math
 import subprocess
 import sys
@@ -500,3 +501,15 @@ def test_difference_lag_of_nanosecond_integers_is_exact(device):
     out = backend.to_host(ops.DifferenceLag("user").transform(["ts"], data))
     np.testing.assert_array_equal(np.asarray(out["ts_difference_lag_1"], dtype=np.float64),
                                   [np.nan, 1.0, np.nan, np.nan])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fill_missing_refuses_text_for_numbers_and_takes_python_times(device):
+    """cuDF would parse "5" into a number column (pandas makes objects): refused on both; a
+    Python datetime (which cuDF does not take) fills a datetime column on both."""
+    frame = pd.DataFrame({"x": [1.5, None], "t": pd.to_datetime(["2024-01-01", None])})
+    data = on_device(frame, device)
+    with pytest.raises(TypeError, match=r"FillMissing cannot fill column 'x' .* '5'"):
+        ops.FillMissing("5").transform(["x"], data)
+    filled = backend.to_host(ops.FillMissing(datetime.datetime(2024, 2, 1)).transform(["t"], data))
+    assert filled["t"].tolist() == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-02-01")]

@@ -103,11 +103,19 @@ def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any
     """``series.fillna(value)``, refused with a TypeError unless ``value`` fits the column's dtype.
 
     pandas would turn the column into objects of mixed types (``"unknown"`` in a float column,
-    ``0`` in a datetime one) or into another dtype, neither of which the output schema says. A
-    null row of the dtype is filled too, so that a partition without nulls is refused as one
-    with them.
+    ``0`` in a datetime one) or into another dtype, neither of which the output schema says;
+    pandas 2 and cuDF fill some such values quietly (1000 wrapped into an Int8 column, ``"5"`` as
+    5): those are checked on the host first. A null row of the dtype is filled too, so that a
+    partition without nulls is refused as one with them (not for integers, checked on the host
+    whole: on cuDF that fill reads the value's range back from the device).
     """
-    null_row = _null_row(series)
+    if isinstance(value, (datetime.datetime, datetime.timedelta)):  # cuDF takes pandas' times, not Python's
+        value = pd.Timestamp(value) if isinstance(value, datetime.datetime) else pd.Timedelta(value)
+    fillable = len(series) and _holds_nulls(series)  # a numpy integer or boolean column has nothing to fill
+    why = _not_held_exactly(series.dtype, value) if fillable else None
+    if why:
+        raise _cannot_fill(op, col, series, value, why)
+    null_row = _null_row(series) if fillable and getattr(series.dtype, "kind", "") not in "iu" else None
     try:
         filled = [series.fillna(value)] + ([] if null_row is None else [null_row.fillna(value)])
     except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: 1000 in an Int8 column
@@ -115,21 +123,25 @@ def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any
     changed = [f.dtype for f in filled if f.dtype != series.dtype]
     if changed:
         raise _cannot_fill(op, col, series, value, f"it does not fit the dtype (the column would become {changed[0]})")
-    why = None if null_row is None else _not_held_exactly(series.dtype, value)  # pandas 2 does not say
-    if why:
-        raise _cannot_fill(op, col, series, value, why)
     return filled[0]
 
 
 def _not_held_exactly(dtype: Any, value: Any) -> str | None:
-    """Why an integer or datetime ``dtype`` cannot hold ``value`` as it is, where pandas 2 fills
-    it anyway: an integer beyond the dtype's range (1000 wrapped to -24 in an Int8 column), a time
-    finer than the dtype's unit (half a second truncated in a column of seconds); else None."""
+    """Why a numeric, boolean or datetime ``dtype`` cannot hold ``value`` as it is, where pandas 2
+    or cuDF would fill it anyway: text in a number column (cuDF parses ``"5"``), an integer
+    beyond the dtype's range (1000 wrapped to -24 in an Int8 column), a fraction in an integer
+    column, a time finer than the dtype's unit (half a second truncated in a column of seconds);
+    else None."""
     kind = getattr(dtype, "kind", "")
-    if kind in "iu" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if kind and kind in "iufb" and isinstance(value, (str, bytes)):
+        return "text in a column of numbers"
+    if kind and kind in "iu" and _is_real_number(value):
+        if not float(value).is_integer():
+            return "it is not a whole number"
         info = np.iinfo(np.dtype(getattr(dtype, "numpy_dtype", dtype)))
         return None if info.min <= int(value) <= info.max else f"it is outside the range of {dtype}"
-    if kind in "mM" and isinstance(value, (datetime.datetime, datetime.timedelta, np.datetime64, np.timedelta64)):
+    if kind and kind in "mM" and isinstance(value, (datetime.datetime, datetime.timedelta, np.datetime64,
+                                                   np.timedelta64)):
         unit = np.datetime_data(np.dtype(getattr(dtype, "base", dtype)))[0]
         time = pd.Timestamp(value) if kind == "M" else pd.Timedelta(value)
         if unit != "ns" and time != time.floor(pd.Timedelta(1, unit=unit)):
@@ -137,12 +149,14 @@ def _not_held_exactly(dtype: Any, value: Any) -> str | None:
     return None
 
 
-def _null_row(series: Any) -> Any:
-    """The column's first row as a null of its dtype; None for an empty column, or one of a
-    pandas numpy integer or boolean dtype (which holds no null, so has nothing to fill)."""
+def _holds_nulls(series: Any) -> bool:
+    """Whether the column's dtype can hold a null: not a pandas numpy integer or boolean one."""
     dtype = series.dtype
-    if not len(series) or (not backend.is_gpu_object(series) and isinstance(dtype, np.dtype) and dtype.kind in "iub"):
-        return None
+    return backend.is_gpu_object(series) or not (isinstance(dtype, np.dtype) and dtype.kind in "iub")
+
+
+def _null_row(series: Any) -> Any:
+    """The column's first row as a null of its dtype."""
     first = series.iloc[:1]
     return first.where(first.isna())
 
