@@ -134,11 +134,14 @@ class _BlockReader:
 
     def __call__(self, index: int) -> Any:
         import dask
+        from dask.optimization import cull
 
         from tabloader.dataset.core import naming_partition
 
+        key = self.keys[index]
         try:
-            return dask.get(self.graph, self.keys[index])
+            # only the partition's own tasks: Dask before 2025 ran every task of a graph it was given
+            return dask.get(cull(self.graph, [key])[0], key)
         except Exception as exc:
             raise naming_partition(exc, f"partition {index} ({self.places[index]})")
 
