@@ -640,3 +640,19 @@ def test_a_fraction_of_hot_rows_is_rounded_up_from_its_written_value():
     for fraction, rows, expected in ((0.07, 100, 7), (0.14, 100, 14), (0.28, 100, 28), (0.29, 1000, 290),
                                      (0.071, 100, 8), (1.0, 37, 37), (0.0, 37, 0), (1e-9, 37, 1)):
         assert resolve_hot_rows(fraction, None, ["t"], [rows], 4, "sgd") == [expected], fraction
+
+
+def test_hot_rows_given_as_numpy_integers_are_taken_as_ints():
+    """Thresholds computed with NumPy (an array, a list or a mapping of ``np.int64``, one
+    ``np.int64`` for all tables) are row counts like Python ints, as ``EmbeddingConfig`` takes
+    NumPy sizes; a bool is still refused."""
+    np = pytest.importorskip("numpy")
+    sizes = np.array(CARDS)
+    expected = [min(int(n), 20) for n in CARDS]
+    for hot_rows in (np.minimum(sizes, 20), list(np.minimum(sizes, 20)), np.int64(20),
+                     {"t0": np.int64(20), "t1": np.int32(20), "t2": np.uint8(20)}):
+        coll = OffloadedEmbeddingCollection(_configs(), hot_rows=hot_rows, device="cpu")
+        assert coll.hot_rows == expected and all(type(h) is int for h in coll.hot_rows), repr(hot_rows)
+        assert coll.hot_weight.shape == (sum(expected), DIM)
+    with pytest.raises(ValueError, match="'t1'.*True"):
+        OffloadedEmbeddingCollection(_configs(), hot_rows=[1, True, 1], device="cpu")

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import math
+import operator
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
@@ -74,7 +75,7 @@ def resolve_hot_rows(hot_rows: Any, budget: int | None, names: Sequence[str], si
         # the fraction as written (0.07 is 7/100): its binary value times 100 is 7.000000000000001
         exact = Fraction(repr(hot_rows))
         return [min(n, math.ceil(exact * n)) for n in sizes]
-    if isinstance(hot_rows, int):
+    if _row_count(hot_rows) is not None:
         values = [hot_rows] * len(sizes)
     elif isinstance(hot_rows, Mapping):
         unknown = set(hot_rows) - set(names)
@@ -90,7 +91,20 @@ def resolve_hot_rows(hot_rows: Any, budget: int | None, names: Sequence[str], si
             raise ValueError(f"hot_rows has {len(values)} entries for {len(sizes)} tables")
     out = []
     for name, v, n in zip(names, values, sizes):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        count = _row_count(v)
+        if count is None or count < 0:
             raise ValueError(f"table {name!r}: hot rows must be a non-negative int, got {v!r}")
-        out.append(min(n, v))
+        out.append(min(n, count))
     return out
+
+
+def _row_count(value: Any) -> int | None:
+    """``value`` as a Python int when it is an integer (``int``, a NumPy or 0-d tensor integer:
+    whatever ``operator.index`` takes, as :class:`~tabloader.torch.config.EmbeddingConfig` does), else
+    None; never a bool (``True`` rows is a mistake, not 1)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None

@@ -133,8 +133,9 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
     Args:
         hot_rows: the per-table row threshold: an int (the same cap for every table), a float
             in ``[0, 1]`` (that fraction of each table, rounded up), a sequence (one per table,
-            in config order) or a mapping ``table name -> rows``. Each is capped at the table's
-            size. Exclusive with ``gpu_budget_bytes``.
+            in config order; a NumPy array too) or a mapping ``table name -> rows``. Each is
+            capped at the table's size. Row counts may be NumPy integers. Exclusive with
+            ``gpu_budget_bytes``.
         gpu_budget_bytes: device bytes for the resident hot rows and their optimizer state; the
             threshold is derived by :func:`~tabloader.torch.hot_rows.hot_rows_for_budget`.
         device: where the hot rows live (``"cuda"``, ``"cpu"``, ...). The cold rows always live
