@@ -505,6 +505,43 @@ def test_fused_trains_with_the_rest_of_the_model():
     assert again.step == 30 and torch.equal(again.weight, coll.weight)
 
 
+@pytest.mark.parametrize("other", [
+    [EmbeddingConfig("user", 20, 4), EmbeddingConfig("item", 10, 4)],  # the same total rows, sizes swapped
+    [EmbeddingConfig("item", 20, 4), EmbeddingConfig("user", 10, 4)],  # the same sizes, names swapped
+    [EmbeddingConfig("a", 10, 4), EmbeddingConfig("b", 20, 4)],  # renamed tables
+    [EmbeddingConfig("user", 10, 4, padding_idx=None), EmbeddingConfig("item", 20, 4)],  # another padding row
+])
+def test_a_fused_state_dict_is_refused_by_other_tables_and_leaves_them_unchanged(other):
+    """The state dict holds one flat weight over all tables: loaded into other tables with the
+    same total of rows, a row of one table would land in another (as nn.Embedding layers would
+    refuse). The load is refused before any row is copied, naming both layouts."""
+    torch.manual_seed(0)
+    saved = FusedEmbeddingCollection([EmbeddingConfig("user", 10, 4), EmbeddingConfig("item", 20, 4)],
+                                     backend="reference")
+    target = FusedEmbeddingCollection(other, backend="reference")
+    before = {name: t.clone() for name, t in target.state_dict().items() if isinstance(t, torch.Tensor)}
+    with pytest.raises(ValueError, match=r"saved by tables \[\('user', 10, 4, 0\), \('item', 20, 4, 0\)\]"
+                                         r".*this collection has \[\('" + other[0].name):
+        target.load_state_dict(saved.state_dict())
+    for name, t in target.state_dict().items():
+        if name in before:
+            assert torch.equal(t, before[name]), name
+
+
+def test_a_fused_state_dict_saved_without_its_layout_loads_as_before():
+    """State dicts saved before the layout was part of them hold the step only: they still load."""
+    torch.manual_seed(0)
+    saved = FusedEmbeddingCollection(CFGS, optimizer="adagrad", backend="reference")
+    saved.step = 7
+    state = saved.state_dict()
+    assert state["_extra_state"]["tables"] == [(c.name, c.num_embeddings, c.embedding_dim, c.padding_idx)
+                                               for c in CFGS]
+    state["_extra_state"] = {"step": 7}
+    again = FusedEmbeddingCollection(CFGS, optimizer="adagrad", backend="reference")
+    again.load_state_dict(state)
+    assert again.step == 7 and torch.equal(again.weight, saved.weight)
+
+
 def test_fused_lr_is_schedulable():
     coll = FusedEmbeddingCollection([EmbeddingConfig("t", 5, 2)], optimizer="sgd", lr=1.0, backend="reference")
     before = coll.table_weight("t")[1].clone()

@@ -189,6 +189,24 @@ def test_state_dict_round_trip_and_resume(saved_by, loaded_by):
         mismatched.load_state_dict(sd)
 
 
+def test_an_offloaded_state_dict_is_refused_by_other_tables_and_leaves_them_unchanged():
+    """Tables of other sizes with the same hot and cold totals have state dict tensors of the same
+    shapes: a row of one table would land in another. The load is refused before the hot rows or
+    the host store are written, naming both layouts."""
+    torch.manual_seed(0)
+    saved = OffloadedEmbeddingCollection([EmbeddingConfig("user", 10, 4), EmbeddingConfig("item", 20, 4)],
+                                         hot_rows=5, device="cpu")
+    other = OffloadedEmbeddingCollection([EmbeddingConfig("user", 20, 4), EmbeddingConfig("item", 10, 4)],
+                                         hot_rows=5, device="cpu")
+    before = {name: t.clone() for name, t in other.state_dict().items() if isinstance(t, torch.Tensor)}
+    with pytest.raises(ValueError, match=r"saved by tables \[\('user', 10, 4, 0\), .*this collection has "
+                                         r"\[\('user', 20, 4, 0\)"):
+        other.load_state_dict(saved.state_dict())
+    for name, t in other.state_dict().items():
+        if name in before:
+            assert torch.equal(t, before[name]), name
+
+
 def test_hot_rows_for_budget():
     assert bytes_per_row(8, "sgd") == 32 and bytes_per_row(8, "adagrad") == 36 and bytes_per_row(8, "adam") == 96
     # 100 rows of 32 bytes over tables of 10, 1000, 1000: the small table whole, 45 + 45 the rest

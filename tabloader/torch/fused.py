@@ -32,6 +32,11 @@ accumulation over several backwards; ``retain_graph`` + a second backward would 
 twice), and ``step`` counts the updates (it is saved in the state dict for Adam's bias
 correction).
 
+State dict: the weight, the optimizer states, ``step`` and the tables' layout (each table's
+name, ``num_embeddings``, ``embedding_dim`` and ``padding_idx``, in config order). A collection
+with another layout refuses it with a ValueError naming both, before any row is copied (the flat
+rows would land in other tables, even where the total of rows agrees).
+
 CUDA graphs: with ``capturable=True`` (and ``validate_indices=False``) nothing in a training
 step reads a value back from the device or bakes a per-step value into a launch, so the whole
 step -- forward, ``loss.backward()`` with the fused update, the dense optimizer's step -- can be

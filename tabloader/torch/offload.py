@@ -326,6 +326,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
                               missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
         self._flush()
+        self._check_saved_layout(state_dict, prefix)  # before the host store is written
         for key, t in self._cold_tensors().items():
             full = prefix + key
             if full not in state_dict:
@@ -345,13 +346,13 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         unexpected_keys[:] = [k for k in unexpected_keys if k not in ours]
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"step": self.step, "hot_rows": list(self.hot_rows)}
+        return {**super().get_extra_state(), "hot_rows": list(self.hot_rows)}
 
-    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+    def _check_extra_state(self, state: Mapping[str, Any]) -> None:
+        super()._check_extra_state(state)
         if "hot_rows" in state and list(state["hot_rows"]) != list(self.hot_rows):
             raise ValueError(f"state dict was saved with hot_rows {list(state['hot_rows'])}, this collection has "
                              f"{self.hot_rows}")
-        self.step = int(state.get("step", 0))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling / ``copy.deepcopy``: finish the worker's queue; the copy starts without worker or prefetch."""

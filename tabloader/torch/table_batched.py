@@ -8,8 +8,9 @@ touched rows inside the backward pass. :class:`TableBatchedCollection` holds wha
 :class:`~tabloader.torch.offload.OffloadedEmbeddingCollection` (hot rows on the device, the
 rest in host memory) share:
 
-* the options (optimizer, ``lr``, ``eps``, ``betas``, output form, dtype, backend, ...) and
-  the step count, saved in the state dict;
+* the options (optimizer, ``lr``, ``eps``, ``betas``, output form, dtype, backend, ...), and
+  the step count and the tables' layout, saved in the state dict (a state dict of other tables
+  is refused: its flat rows would land in the wrong tables);
 * the row layout, and turning a batch into one :class:`~tabloader.torch.reference.LookupPlan`
   over it (with the checks of ids and offsets, one device synchronization);
 * the forward pass, and the autograd function that runs the update in the backward pass;
@@ -49,6 +50,7 @@ MAX_TOTAL_ROWS = 2 ** 62  # flat row ids (table offset + id) stay far from int64
 OUTPUTS = ("concat", "stack", "dict")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # of the lookups and their gradient
 STATE_NAMES = {"sgd": (), "adagrad": ("state_sum",), "adam": ("exp_avg", "exp_avg_sq")}
+EXTRA_STATE_KEY = "_extra_state"  # the state dict key of get_extra_state (torch.nn.Module's)
 ALL_STATE_NAMES = tuple(dict.fromkeys(name for names in STATE_NAMES.values() for name in names))
 
 
@@ -204,11 +206,38 @@ class TableBatchedCollection(nn.Module):
     def output_dim(self) -> int:
         return len(self.features) * self.embedding_dim
 
+    def _tables_layout(self) -> list[tuple[str, int, int, int | None]]:
+        """``(name, num_embeddings, embedding_dim, padding_idx)`` of every table, in the order of the
+        row space: saved in the state dict, whose flat rows mean nothing under another layout."""
+        return [(c.name, c.num_embeddings, c.embedding_dim, c.padding_idx) for c in self.configs]
+
     def get_extra_state(self) -> dict[str, Any]:
-        return {"step": self.step}
+        return {"step": self.step, "tables": self._tables_layout()}
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self._check_extra_state(state)
         self.step = int(state.get("step", 0))
+
+    def _check_extra_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state saved by other tables: the flat rows of one table would land in
+        another. (A state dict saved before the layout was saved has none: it loads as before.)"""
+        if "tables" not in state:
+            return
+        saved = [tuple(t) for t in state["tables"]]
+        if saved != self._tables_layout():
+            raise ValueError(f"{type(self).__name__}: the state dict was saved by tables {saved}, this collection "
+                             f"has {self._tables_layout()} ((name, num_embeddings, embedding_dim, padding_idx), in "
+                             "the order of the configs): its rows would land in other tables")
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        """Check the saved layout before any row is copied (``set_extra_state`` runs after the copies)."""
+        self._check_saved_layout(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def _check_saved_layout(self, state_dict: Any, prefix: str) -> None:
+        extra = state_dict.get(prefix + EXTRA_STATE_KEY)
+        if isinstance(extra, Mapping):
+            self._check_extra_state(extra)
 
     @property
     def _parameter(self) -> nn.Parameter:
