@@ -91,6 +91,24 @@ def test_step_and_lr_are_kept_on_the_device_and_saved():
     assert default.step == 41 and not hasattr(default, "_device_step")
 
 
+def test_a_capturable_collection_built_on_the_meta_device_has_its_lr_and_step_after_to_empty():
+    """Built on the meta device and moved by ``to_empty`` (which leaves every tensor
+    uninitialized), the learning rate and step that the update reads on the device are the
+    host's; loading a state dict then sets the step, and training equals a collection built on
+    the CPU."""
+    coll = FusedEmbeddingCollection(_configs(), optimizer="adam", lr=0.05, device="meta", validate_indices=False,
+                                    capturable=True, chunk_size=8).to_empty(device="cpu")
+    coll.reset_parameters()
+    assert coll._device_lr.tolist() == [0.05] and coll._device_step.tolist() == [0.0] and coll.step == 0
+    trained = _collection("cpu", "adam", True)
+    _train_eagerly(trained, [_batch(0, "cpu")], [0.05], _upstream("cpu"))
+    coll.load_state_dict(trained.state_dict())
+    assert coll.step == 1 and coll._device_step.tolist() == [1.0]
+    for c in (coll, trained):
+        _train_eagerly(c, [_batch(1, "cpu")], [0.05], _upstream("cpu"))
+    assert torch.equal(coll.weight, trained.weight) and torch.equal(coll.exp_avg_sq, trained.exp_avg_sq)
+
+
 @pytest.mark.parametrize("step", [1, 2, 10, 1000, 10**6])
 def test_device_bias_correction_equals_the_host_formula(step):
     lr, (b1, b2) = 0.003, (0.9, 0.999)

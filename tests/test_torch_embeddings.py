@@ -16,6 +16,7 @@ from tabloader.schema import ColumnSchema, Schema, Tags  # noqa: E402
 from tabloader.torch import dispatch  # noqa: E402
 from tabloader.torch import fused as fused_mod  # noqa: E402
 from tabloader.torch.fused import FusedEmbeddingCollection  # noqa: E402
+from tabloader.torch.jagged import keyed_jagged  # noqa: E402
 from tabloader.torch.layers import (  # noqa: E402
     ConcatenatedEmbeddings,
     EmbeddingConfig,
@@ -540,6 +541,37 @@ def test_a_fused_state_dict_saved_without_its_layout_loads_as_before():
     again = FusedEmbeddingCollection(CFGS, optimizer="adagrad", backend="reference")
     again.load_state_dict(state)
     assert again.step == 7 and torch.equal(again.weight, saved.weight)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_a_fused_collection_built_on_the_meta_device_is_whole_after_to_empty_and_reset(optimizer):
+    """Built on the meta device (no memory), ``to_empty(device="cpu")``, ``reset_parameters()``
+    (``to_empty`` leaves every tensor uninitialized): the layout the lookups read (table offsets,
+    padding rows and ids, table sizes, mean bags) is made from the configs and the optimizer
+    state starts as in a collection built on the CPU; after ``load_state_dict``, single-hot,
+    pooled and keyed jagged lookups and a training step equal the trained collection's."""
+    cfgs = CFGS + [EmbeddingConfig("g", 15, D, pooling="mean", padding_idx=3)]
+    kw = dict(optimizer=optimizer, lr=0.1, initial_accumulator_value=0.5, backend="reference")
+    torch.manual_seed(0)
+    trained = FusedEmbeddingCollection(cfgs, **kw)
+    fresh = FusedEmbeddingCollection(cfgs, **kw)
+    feats = {**batch(0), "g": list_feature(32, 15, 1, pad_every=3)}
+    jagged = keyed_jagged(feats, trained.features, as_torchrec=False)
+    (trained(feats) * upstream((32, 5 * D), 0)).sum().backward()
+
+    built = FusedEmbeddingCollection(cfgs, device="meta", **kw).to_empty(device="cpu")
+    built.reset_parameters()
+    for name, buf in fresh.named_buffers():
+        assert torch.equal(dict(built.named_buffers())[name], buf), name
+    assert built.step == 0
+    assert torch.count_nonzero(built.table_weight("g")[3]) == 0 and torch.count_nonzero(built.table_weight("C1")[0]) == 0
+
+    built.load_state_dict(trained.state_dict())
+    for inputs in (feats, jagged):
+        torch.testing.assert_close(built(inputs), trained(inputs), rtol=0, atol=0)
+    for coll in (built, trained):
+        (coll(jagged) * upstream((32, 5 * D), 1)).sum().backward()
+    assert torch.equal(built.weight, trained.weight) and built.step == trained.step == 2
 
 
 def test_fused_lr_is_schedulable():

@@ -207,6 +207,27 @@ def test_an_offloaded_state_dict_is_refused_by_other_tables_and_leaves_them_unch
             assert torch.equal(t, before[name]), name
 
 
+@pytest.mark.parametrize("cold_access", COLD_ACCESS)
+def test_an_offloaded_collection_built_on_the_meta_device_is_whole_after_to_empty_and_reset(cold_access):
+    """The hot rows built on the meta device, ``to_empty(device="cpu")`` (every device tensor
+    uninitialized), ``reset_parameters()``: the layout of the hot and cold stores is made from
+    the configs and the optimizer state starts as in a collection built on the CPU; after
+    ``load_state_dict`` training goes on equal to the fused collection."""
+    fused, off = _pair("adagrad", [5, 0, 3], cold_access=cold_access, initial_accumulator_value=0.5)
+    _train(fused, off, "adagrad", steps=1)
+    fresh = OffloadedEmbeddingCollection(_configs(), hot_rows=[5, 0, 3], optimizer="adagrad",
+                                         initial_accumulator_value=0.5, device="cpu", cold_access=cold_access)
+    built = OffloadedEmbeddingCollection(_configs(), hot_rows=[5, 0, 3], optimizer="adagrad", lr=0.05,
+                                         initial_accumulator_value=0.5, device="meta", cold_access=cold_access)
+    built.to_empty(device="cpu").reset_parameters()
+    for name, buf in fresh.named_buffers():
+        assert torch.equal(dict(built.named_buffers())[name], buf), name
+    assert torch.equal(built.cold_state1, fresh.cold_state1)
+    built.load_state_dict(off.state_dict())
+    _assert_same(fused, built, "adagrad", "loaded", atol=0.0)
+    _train(fused, built, "adagrad", steps=2)
+
+
 def test_hot_rows_for_budget():
     assert bytes_per_row(8, "sgd") == 32 and bytes_per_row(8, "adagrad") == 36 and bytes_per_row(8, "adam") == 96
     # 100 rows of 32 bytes over tables of 10, 1000, 1000: the small table whole, 45 + 45 the rest

@@ -67,6 +67,7 @@ from tabloader.torch.table_batched import (  # noqa: F401 -- importable from her
     MAX_DIM,
     STATE_NAMES,
     TableBatchedCollection,
+    int64_tensor,
     output_dtype,
     shape_output,
 )
@@ -151,20 +152,28 @@ class FusedEmbeddingCollection(TableBatchedCollection):
                  dtype: torch.dtype | None = torch.float32, validate_indices: bool = True,
                  backend: str = "auto", chunk_size: int = 128, device: Any = None, capturable: bool = False) -> None:
         super().__init__(configs, optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size,
-                         device, capturable)
+                         device, capturable, initial_accumulator_value)
+        self._register_layout(device)
         self.weight = nn.Parameter(torch.empty((self.total_rows, self.embedding_dim), dtype=torch.float32,
                                                device=device))
-        pads = [self.table_offsets[c.name] + c.padding_idx for c in self.configs if c.padding_idx is not None]
-        self.register_buffer("_padding_rows", torch.tensor(pads, dtype=torch.int64, device=device), persistent=False)
-        states = self._new_states(self.total_rows, initial_accumulator_value, device=device)
-        for name, state in zip(STATE_NAMES[optimizer], states):
+        for name, state in zip(STATE_NAMES[optimizer], self._new_states(self.total_rows, device=device)):
             self.register_buffer(name, state)
         self.reset_parameters()
 
+    def _layout_buffers(self) -> dict[str, torch.Tensor]:
+        pads = [self.table_offsets[c.name] + c.padding_idx for c in self.configs if c.padding_idx is not None]
+        return {**super()._layout_buffers(), "_padding_rows": int64_tensor(pads)}
+
+    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Initialize every table by its config's ``init``; zero the padding rows."""
+        """Initialize every table by its config's ``init`` (the padding rows zero); the optimizer
+        state and ``step`` start again: the collection is as built (after ``to_empty()`` of one
+        built on the meta device, every value is set)."""
         for cfg in self.configs:
             init_embedding_(self.table_weight(cfg.name), cfg.init, cfg.padding_idx)
+        for name in STATE_NAMES[self.optimizer]:
+            getattr(self, name).fill_(self._state_start())
+        self.step = 0
 
     def table_weight(self, name: str) -> torch.Tensor:
         """The rows of table ``name``: a view into the shared weight buffer (no gradient)."""

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
@@ -82,7 +83,7 @@ from tabloader.torch.config import EmbeddingConfig, init_embedding_
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
 from tabloader.torch.reference import ColdRows, LookupPlan
-from tabloader.torch.table_batched import ALL_STATE_NAMES, STATE_NAMES, TableBatchedCollection
+from tabloader.torch.table_batched import ALL_STATE_NAMES, STATE_NAMES, TableBatchedCollection, int64_tensor
 
 __all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row", "COLD_ACCESS"]
 
@@ -182,43 +183,21 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         if cold_access not in COLD_ACCESS:
             raise ValueError(f"cold_access={cold_access!r}: expected one of {COLD_ACCESS}")
         super().__init__(configs, optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size,
-                         device)
+                         device, initial_accumulator_value=initial_accumulator_value)
         self.cold_access = cold_access
         d = self.embedding_dim
-        sizes = [c.num_embeddings for c in self.configs]
-        self.hot_rows = resolve_hot_rows(hot_rows, gpu_budget_bytes, [c.name for c in self.configs], sizes, d,
-                                         optimizer)
+        self.hot_rows = resolve_hot_rows(hot_rows, gpu_budget_bytes, [c.name for c in self.configs],
+                                         [c.num_embeddings for c in self.configs], d, optimizer)
         # the hot and the cold layout beside the all-in-one one (the fused collection's)
-        hot_off, cold_off = [], []
-        h = c = 0
-        for n, k in zip(sizes, self.hot_rows):
-            hot_off.append(h)
-            cold_off.append(c)
-            h, c = h + k, c + n - k
-        self.total_hot, self.total_cold = h, c
-
-        def dev(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.int64, device=device)
-
-        self.register_buffer("_table_starts", dev([self.table_offsets[c.name] for c in self.configs]),
-                             persistent=False)
-        self.register_buffer("_table_hot", dev(self.hot_rows), persistent=False)
-        self.register_buffer("_hot_offsets", dev(hot_off), persistent=False)
-        self.register_buffer("_cold_offsets", dev(cold_off), persistent=False)
-        hot_pads = [hot_off[i] + cfg.padding_idx for i, cfg in enumerate(self.configs)
-                    if cfg.padding_idx is not None and cfg.padding_idx < self.hot_rows[i]]
-        cold_pads = [cold_off[i] + cfg.padding_idx - self.hot_rows[i] for i, cfg in enumerate(self.configs)
-                     if cfg.padding_idx is not None and cfg.padding_idx >= self.hot_rows[i]]
-        self.register_buffer("_hot_padding_rows", dev(hot_pads), persistent=False)
-        self.register_buffer("_cold_padding_rows", dev(cold_pads), persistent=False)
-        # direct access's row space: the hot rows, then the cold ones from total_hot on
-        self.register_buffer("_direct_padding_rows", dev(hot_pads + [h + r for r in cold_pads]), persistent=False)
-        self._cold_padding_host = torch.tensor(cold_pads, dtype=torch.int64)  # found among a batch's rows on the host
+        h = self.total_hot = sum(self.hot_rows)
+        c = self.total_cold = self.total_rows - h
+        self._register_layout(device)
+        self._cold_padding_host = int64_tensor(self._store_padding_rows()[1])  # found among a batch's rows on the host
 
         # device part: a parameter (so autograd calls our backward) and buffers
         self.hot_weight = nn.Parameter(torch.empty((h, d), dtype=torch.float32, device=device))
         self._check_direct_access()
-        for name, state in zip(STATE_NAMES[optimizer], self._new_states(h, initial_accumulator_value, device=device)):
+        for name, state in zip(STATE_NAMES[optimizer], self._new_states(h, device=device)):
             self.register_buffer("hot_" + name, state)
         # host part: plain tensors (module.to() must not move them); saved by _save_to_state_dict
         self._cold_locked = cold_access == "direct" and pins_host_memory(device)  # in memory the GPU addresses
@@ -228,11 +207,11 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             self.cold_weight = page_locked_empty((c, d))
             # each state's initial row, repeated into locked memory (no second store-sized copy)
             states = [page_locked_empty((c,) + tuple(t.shape[1:])).copy_(t.expand((c,) + tuple(t.shape[1:])))
-                      for t in self._new_states(1, initial_accumulator_value)]
+                      for t in self._new_states(1)]
         else:
             pin = bool(pin_cold) and pins_host_memory(device)
             self.cold_weight = torch.empty((c, d), dtype=torch.float32, pin_memory=pin)
-            states = self._new_states(c, initial_accumulator_value, pin_memory=pin)
+            states = self._new_states(c, pin_memory=pin)
         self.cold_state1, self.cold_state2 = (states + [None, None])[:2]
         self._tasks: list[Future] = []  # the worker's queue: write-backs and prefetch gathers, in order
         self._writes: list[tuple[Future, _Staged]] = []  # write-backs whose scatter may not have run, oldest first
@@ -244,20 +223,56 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
         self._cold_version = 0
         self.reset_parameters()
 
+    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Initialize every table by its config's ``init`` (on the host, as one table); zero padding."""
+        """Initialize every table by its config's ``init`` (on the host, as one table; the padding
+        rows zero); the optimizer state and ``step`` start again: the collection is as built."""
         self._flush()
         for cfg in self.configs:
             full = torch.empty((cfg.num_embeddings, self.embedding_dim), dtype=torch.float32)
             init_embedding_(full, cfg.init, cfg.padding_idx)
             self._set_table(cfg.name, self.hot_weight.detach(), self.cold_weight, full)
+        for _, hot, cold in self._states():
+            hot.fill_(self._state_start())
+            cold.fill_(self._state_start())
+        self.step = 0
         self._store_changed()
+
+    def _store_starts(self) -> tuple[list[int], list[int]]:
+        """Each table's first row in the hot store and in the cold store (on the host: no device read)."""
+        cold_rows = [cfg.num_embeddings - k for cfg, k in zip(self.configs, self.hot_rows)]
+        return (list(itertools.accumulate(self.hot_rows, initial=0))[:-1],
+                list(itertools.accumulate(cold_rows, initial=0))[:-1])
+
+    def _store_padding_rows(self) -> tuple[list[int], list[int]]:
+        """The padding rows of the tables in the hot store and in the cold store."""
+        hot_off, cold_off = self._store_starts()
+        hot_pads = [hot_off[i] + cfg.padding_idx for i, cfg in enumerate(self.configs)
+                    if cfg.padding_idx is not None and cfg.padding_idx < self.hot_rows[i]]
+        cold_pads = [cold_off[i] + cfg.padding_idx - self.hot_rows[i] for i, cfg in enumerate(self.configs)
+                     if cfg.padding_idx is not None and cfg.padding_idx >= self.hot_rows[i]]
+        return hot_pads, cold_pads
+
+    def _layout_buffers(self) -> dict[str, torch.Tensor]:
+        hot_off, cold_off = self._store_starts()
+        hot_pads, cold_pads = self._store_padding_rows()
+        return {
+            **super()._layout_buffers(),
+            "_table_starts": int64_tensor([self.table_offsets[c.name] for c in self.configs]),
+            "_table_hot": int64_tensor(self.hot_rows),
+            "_hot_offsets": int64_tensor(hot_off),
+            "_cold_offsets": int64_tensor(cold_off),
+            "_hot_padding_rows": int64_tensor(hot_pads),
+            "_cold_padding_rows": int64_tensor(cold_pads),
+            # direct access's row space: the hot rows, then the cold ones from total_hot on
+            "_direct_padding_rows": int64_tensor(hot_pads + [self.total_hot + r for r in cold_pads]),
+        }
 
     def _parts(self, name: str, hot: torch.Tensor, cold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         i = self._table_index(name)
-        cfg = self.configs[i]
-        h0, c0, k = int(self._hot_offsets[i]), int(self._cold_offsets[i]), self.hot_rows[i]
-        return hot[h0:h0 + k], cold[c0:c0 + cfg.num_embeddings - k]
+        hot_off, cold_off = self._store_starts()
+        h0, c0, k = hot_off[i], cold_off[i], self.hot_rows[i]
+        return hot[h0:h0 + k], cold[c0:c0 + self.configs[i].num_embeddings - k]
 
     def _get_table(self, name: str, hot: torch.Tensor, cold: torch.Tensor) -> torch.Tensor:
         self._flush()
@@ -379,6 +394,8 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
 
     def _check_direct_access(self) -> None:
         device = self.hot_weight.device
+        if device.type == "meta":
+            return  # nothing runs there: checked on the move off it (_apply)
         if self.cold_access == "direct" and not is_host(device) and self._kernels_for(device) is None:
             raise RuntimeError(f"cold_access='direct' on {device} needs the Triton kernels (backend={self.backend!r} "
                                "runs the PyTorch reference there, which cannot read host rows from the device)")

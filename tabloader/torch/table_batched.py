@@ -20,7 +20,11 @@ rest in host memory) share:
 A subclass decides where the rows live by implementing ``_parameter`` (the parameter autograd
 tracks; its device is the collection's), ``_prepare(plan, training)`` (what its lookup and update
 need for a batch), ``_lookup(prepared, dtype)`` (the ``(B * F, D)`` lookups) and
-``_update(prepared, grad)`` (the in-place update; the step is already counted).
+``_update(prepared, grad)`` (the in-place update; the step is already counted); it adds its own
+layout buffers to ``_layout_buffers()`` and calls ``_register_layout(device)`` once its layout is
+set. Its ``reset_parameters()`` initializes the tables and starts the optimizer state and the
+step again (:meth:`TableBatchedCollection._state_start`), so that a collection built on the meta
+device, ``to_empty()`` and ``reset_parameters()`` holds no uninitialized value.
 
 Example:
     >>> from tabloader.torch.config import EmbeddingConfig
@@ -43,7 +47,7 @@ from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
 from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts, select_keys
 from tabloader.torch.reference import OPTIMIZERS, ColdRows, LookupPlan
 
-__all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output"]
+__all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output", "int64_tensor"]
 
 MAX_DIM = 1024  # the widest row the kernels hold in registers (one row per program)
 MAX_TOTAL_ROWS = 2 ** 62  # flat row ids (table offset + id) stay far from int64 overflow
@@ -63,16 +67,18 @@ class TableBatchedCollection(nn.Module):
     config order: the order of the output), ``table_offsets``, ``total_rows``,
     ``embedding_dim``, ``optimizer``, ``lr``, ``eps``, ``betas`` (read at each backward: set
     them to schedule), ``output``, ``dtype``, ``backend``, ``validate_indices``, ``chunk_size``,
-    ``capturable`` and ``step`` (the number of updates so far).
+    ``capturable``, ``initial_accumulator_value`` and ``step`` (the number of updates so far).
     """
 
     def __init__(self, configs: Sequence[EmbeddingConfig], optimizer: str, lr: float, eps: float,
                  betas: tuple[float, float], output: str, dtype: torch.dtype | None, validate_indices: bool,
-                 backend: str, chunk_size: int, device: Any, capturable: bool = False) -> None:
+                 backend: str, chunk_size: int, device: Any, capturable: bool = False,
+                 initial_accumulator_value: float = 0.0) -> None:
         super().__init__()
         self._by_feature = check_configs(configs)
         self.configs = list(configs)
         self.capturable = bool(capturable)
+        self.initial_accumulator_value = float(initial_accumulator_value)
         self._set_options(optimizer, lr, eps, betas, output, dtype, validate_indices, backend, chunk_size)
         self._set_layout(device)
         if self.capturable:
@@ -84,6 +90,8 @@ class TableBatchedCollection(nn.Module):
 
     #: The parameter and buffers holding rows and their optimizer state, kept fp32 (subclasses).
     _fp32_rows: tuple[str, ...] = ()
+    #: the default of a collection pickled before the attribute existed
+    initial_accumulator_value = 0.0
 
     def _apply(self, fn: Any, recurse: bool = True) -> "TableBatchedCollection":
         """``module.to(...)``, ``.half()`` ... move the rows, their optimizer state, the capturable
@@ -91,15 +99,25 @@ class TableBatchedCollection(nn.Module):
         (the update adds fp32 gradients to them and the kernels read fp32 rows: ``dtype`` sets
         the outputs' precision), the step and learning rate float64 (in bf16 the step count would
         stop at 256, Adam's bias correction frozen there, and the learning rate be rounded). Each
-        is moved from its own values (a round trip through fp16 would round them)."""
+        is moved from its own values (a round trip through fp16 would round them). The layout
+        buffers are made again from the configs, and the step and learning rate of a collection
+        built on the meta device written from the host's (``to_empty()`` leaves them uninitialized)."""
         names = [n for n in self._fp32_rows if n in self._parameters or n in self._buffers]
         names += [n for n in ("_device_lr", "_device_step") if n in self._buffers]
         before = {name: self._tensor(name).data for name in names}
+        from_meta = "_device_step" in before and before["_device_step"].is_meta
         super()._apply(fn, recurse)
         for name, kept in before.items():
             moved = self._tensor(name)
             if moved.dtype != kept.dtype:
                 self._set_tensor(name, kept.to(device=moved.device))
+        # the layout, made again from the configs on the new device: never the moved buffers, which
+        # to_empty() leaves uninitialized
+        device = self._parameter.device
+        for name, tensor in self._layout_buffers().items():
+            self._buffers[name] = tensor.to(device)
+        if from_meta:  # no step ran on the meta device: the host's learning rate and step are exact
+            self.lr, self.step = self._lr, self._step
         return self
 
     def _tensor(self, name: str) -> torch.Tensor:
@@ -176,25 +194,43 @@ class TableBatchedCollection(nn.Module):
         self.total_rows = total
         self.features = [f for cfg in self.configs for f in cfg.features]
         self._feature_cfg = [self._by_feature[f] for f in self.features]
-        feat_off = [self.table_offsets[c.name] for c in self._feature_cfg]
-        self.register_buffer("_feature_offsets", torch.tensor(feat_off, dtype=torch.int64, device=device),
-                             persistent=False)
-        # per feature, for keyed jagged batches: the padding id (-1: none) and whether bags are means
-        pads = [-1 if c.padding_idx is None else c.padding_idx for c in self._feature_cfg]
-        self.register_buffer("_feature_padding", torch.tensor(pads, dtype=torch.int64, device=device),
-                             persistent=False)
-        means = [c.pooling == "mean" for c in self._feature_cfg]
+        pads = self._feature_padding_ids()
         self._padding_id = pads[0] if len(set(pads)) == 1 else None  # one padding id for all: no gather
-        rows = [c.num_embeddings for c in self._feature_cfg]
-        self.register_buffer("_feature_rows", torch.tensor(rows, dtype=torch.int64, device=device), persistent=False)
+        means = [c.pooling == "mean" for c in self._feature_cfg]
         self._any_mean, self._all_mean = any(means), all(means)
-        self.register_buffer("_feature_mean", torch.tensor(means, dtype=torch.bool, device=device), persistent=False)
 
-    def _new_states(self, rows: int, initial_accumulator_value: float, **factory: Any) -> list[torch.Tensor]:
+    def _feature_padding_ids(self) -> list[int]:
+        """Per feature, the padding id of its table (-1: none)."""
+        return [-1 if c.padding_idx is None else c.padding_idx for c in self._feature_cfg]
+
+    def _layout_buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers the lookups read the row layout from, made on the host from the configs
+        (subclasses add theirs). Non-persistent: :meth:`_register_layout` registers them at
+        construction and :meth:`_apply` makes them again on every move, so that they never hold
+        what ``to_empty()`` leaves (a collection built on the meta device has no values to move)."""
+        cfgs = self._feature_cfg
+        return {
+            "_feature_offsets": int64_tensor([self.table_offsets[c.name] for c in cfgs]),
+            # per feature, for keyed jagged batches: the padding id, the table's size, whether bags are means
+            "_feature_padding": int64_tensor(self._feature_padding_ids()),
+            "_feature_rows": int64_tensor([c.num_embeddings for c in cfgs]),
+            "_feature_mean": torch.tensor([c.pooling == "mean" for c in cfgs], dtype=torch.bool),
+        }
+
+    def _register_layout(self, device: Any) -> None:
+        """Register :meth:`_layout_buffers` on ``device`` (a subclass calls it once its layout is set)."""
+        for name, tensor in self._layout_buffers().items():
+            self.register_buffer(name, tensor.to(device), persistent=False)
+
+    def _new_states(self, rows: int, **factory: Any) -> list[torch.Tensor]:
         """The optimizer's fresh state for ``rows`` rows, one tensor per name of :data:`STATE_NAMES`."""
         if self.optimizer == "adagrad":  # row-wise: one accumulator per row
-            return [torch.full((rows,), float(initial_accumulator_value), **factory)]
+            return [torch.full((rows,), self._state_start(), **factory)]
         return [torch.zeros((rows, self.embedding_dim), **factory) for _ in STATE_NAMES[self.optimizer]]
+
+    def _state_start(self) -> float:
+        """The value every optimizer state starts at: Adagrad's ``initial_accumulator_value``, Adam's 0."""
+        return self.initial_accumulator_value if self.optimizer == "adagrad" else 0.0
 
     def _table_index(self, name: str) -> int:
         for i, cfg in enumerate(self.configs):
@@ -469,6 +505,11 @@ class TableBatchedCollection(nn.Module):
         dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
                         optimizer=self.optimizer, lr=self._lr, eps=self.eps, betas=self.betas, step=self._step,
                         chunk_size=self.chunk_size, cold=cold, **device_hyper)
+
+
+def int64_tensor(values: Sequence[int]) -> torch.Tensor:
+    """``values`` as an int64 host tensor (a layout buffer)."""
+    return torch.tensor(list(values), dtype=torch.int64)
 
 
 def _capturing(device: torch.device) -> bool:
