@@ -235,6 +235,28 @@ def case_forward_pooled(device, size):
             _close(tri(feats), ref(feats), f"pooled {pooling} {dtype} forward", rtol=tol, atol=tol)
 
 
+def case_padded_lists(device, size):
+    """A list column padded to a fixed length (``(B, L)`` ids, padding id 0, the loader's
+    ``lists=``): the kernels' pooled forward and update equal the reference's."""
+    torch = _torch()
+    s = SIZES[size]
+    for pooling in ("sum", "mean"):
+        tri, ref = _pair(size, device, "adagrad", pooled=True, pooling=pooling)
+        order = SumOrder(ref.weight, "adagrad", ref.lr)
+        feats = _batch(size, device, 4)
+        g = torch.Generator().manual_seed(5)
+        lists = torch.randint(0, s["cards"][1], (feats["t0"].numel(), s["bags"]), generator=g)
+        lists[1::2, 0] = 5  # a hot row: more lookups than chunk_size
+        feats["t1"] = lists.masked_fill(torch.rand(lists.shape, generator=g) < 0.3, 0).to(device)
+        outs = [coll(feats) for coll in (tri, ref)]
+        _close(outs[0], outs[1], f"padded {pooling} forward")
+        upstream = torch.randn(outs[1].shape, generator=torch.Generator().manual_seed(6)).to(device)
+        for out in outs:
+            (out * upstream).sum().backward()
+        order.step(*_entries(ref, feats, upstream), ref.weight, ref.state_sum)
+        _close(tri.weight, ref.weight, f"padded {pooling} weights", rtol=1e-4, atol=1e-6, order=order.of("weight"))
+
+
 def _train_both(size, device, optimizer, pooled, pooling="sum", steps=3, dtype=None):
     """Train the pair on the same batches; (triton, reference, :class:`SumOrder` of the two)."""
     torch = _torch()

@@ -162,6 +162,33 @@ def test_a_captured_step_replays_as_eager_steps(optimizer):
     assert not torch.equal(want["weight"], _trained_state(_collection("cuda", optimizer, False))["weight"])
 
 
+@pytest.mark.gpu
+def test_a_step_on_padded_lists_is_captured():
+    """A list column padded to a fixed length (``(B, L)`` ids, the loader's ``lists=``) has the
+    same shapes at every batch: its bags' offsets are made on the device, nothing is read back,
+    and a captured step replays as eager steps."""
+    def padded(feats):  # b2 as lists of up to 3 ids, padded with 0
+        lists = torch.stack([feats["b2"], feats["b1"].flip(0), torch.zeros_like(feats["b2"])], 1)
+        return {**feats, "b2": lists}
+
+    upstream = _upstream("cuda")
+    graphed, eager = _collection("cuda", "adam", True), _collection("cuda", "adam", False)
+    static = padded({name: torch.zeros(BATCH, dtype=torch.int64, device="cuda") for name in ("a", "b1", "b2")})
+    graph = _capture_step(graphed, static, upstream)
+    _train_eagerly(eager, [static, static], [eager.lr, eager.lr], upstream)
+    batches = [padded(_batch(s, "cuda")) for s in range(3)]
+    for feats in batches:
+        for name, ids in feats.items():
+            static[name].copy_(ids)
+        graph.replay()
+    _train_eagerly(eager, batches, [eager.lr] * 3, upstream)
+    torch.cuda.synchronize()
+    got, want = _trained_state(graphed), _trained_state(eager)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-7, msg=name)
+    assert not torch.equal(want["weight"], _trained_state(_collection("cuda", "adam", False))["weight"])
+
+
 def _messages(exc):
     """The error and those it was raised during (a failed capture may add its own on exit)."""
     while exc is not None:

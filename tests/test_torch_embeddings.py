@@ -434,6 +434,51 @@ def test_fused_pooled_equals_embedding_bag_and_sgd(pooling):
     torch.testing.assert_close(coll.table_weight("C1"), emb.weight.detach(), rtol=1e-5, atol=1e-6)
 
 
+def padded_lists(batch, card, length, seed):
+    """A list column padded to ``length`` with id 0 (the loader's ``lists={"col": length}``): lists
+    of 0 to ``length`` ids, padding on the right, a row of padding only among them."""
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randint(1, card, (batch, length), generator=g)
+    lens = torch.randint(0, length + 1, (batch,), generator=g)
+    lens[0] = 0
+    return out.masked_fill(torch.arange(length)[None, :] >= lens[:, None], 0)
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_fused_collection_pools_padded_lists_as_multihot_embeddings(pooling):
+    """A list column padded to a fixed length, ``(B, L)`` ids as the loader's ``lists=`` gives it,
+    is pooled as ``MultiHotEmbeddings`` pools it (padding ids left out of the sum and of the
+    mean's count, a row of padding only gives zeros) and trains as it does with SGD;
+    ``ConcatenatedEmbeddings`` pools it the same way."""
+    cfgs = [EmbeddingConfig("genres", 10, D, pooling=pooling), EmbeddingConfig("C1", 40, D)]
+    torch.manual_seed(0)
+    coll = FusedEmbeddingCollection(cfgs, optimizer="sgd", lr=0.1, backend="reference")
+    bags, embs = MultiHotEmbeddings(cfgs[:1]), ConcatenatedEmbeddings(cfgs)
+    with torch.no_grad():
+        bags.table("genres").weight.copy_(coll.table_weight("genres"))
+        for cfg in cfgs:
+            embs.table(cfg.name).weight.copy_(coll.table_weight(cfg.name))
+    opt = torch.optim.SGD([bags.table("genres").weight, embs.table("C1").weight], lr=0.1)
+    for step in range(3):
+        feats = {"genres": padded_lists(16, 10, 3, step), "C1": ids(16, 40, step)}
+        out = coll(feats)
+        ref = torch.cat([bags(feats), embs.table("C1")(feats["C1"])], 1)
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
+        assert torch.count_nonzero(out[0, :D]) == 0  # padding only
+        with torch.no_grad():
+            torch.testing.assert_close(embs(feats), ref, rtol=1e-6, atol=1e-7)
+        up = upstream(out.shape, step)
+        (out * up).sum().backward()
+        (ref * up).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            embs.table("genres").weight.copy_(bags.table("genres").weight)
+    torch.testing.assert_close(coll.table_weight("genres"), bags.table("genres").weight.detach(), rtol=1e-5,
+                               atol=1e-6)
+    torch.testing.assert_close(coll.table_weight("C1"), embs.table("C1").weight.detach(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 def test_fused_padding_rows_and_states_never_change(optimizer):
     cfgs = [EmbeddingConfig("g", 6, D), EmbeddingConfig("C1", 5, D, padding_idx=2)]
@@ -572,6 +617,19 @@ def test_a_fused_collection_built_on_the_meta_device_is_whole_after_to_empty_and
     for coll in (built, trained):
         (coll(jagged) * upstream((32, 5 * D), 1)).sum().backward()
     assert torch.equal(built.weight, trained.weight) and built.step == trained.step == 2
+
+
+def test_a_second_backward_through_the_same_lookups_is_refused_not_applied_twice():
+    """The update runs inside the backward: a second one (``retain_graph=True``) would apply it
+    again, so it raises a RuntimeError and the rows keep the first update alone."""
+    coll = FusedEmbeddingCollection([EmbeddingConfig("t", 5, 2)], optimizer="sgd", lr=1.0, backend="reference")
+    before = coll.table_weight("t")[1].clone()
+    loss = coll({"t": torch.tensor([1])}).sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        loss.backward()
+    torch.testing.assert_close(coll.table_weight("t")[1], before - 1.0)
+    assert coll.step == 1
 
 
 def test_fused_lr_is_schedulable():

@@ -228,6 +228,23 @@ def test_an_offloaded_collection_built_on_the_meta_device_is_whole_after_to_empt
     _train(fused, built, "adagrad", steps=2)
 
 
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_padded_lists_match_fused(pooling):
+    """A list column padded to a fixed length, ``(B, L)`` ids with padding id 0 (the loader's
+    ``lists=``), pooled over rows on both sides of the threshold: the same outputs, weights and
+    states as the fused collection, which pools it as ``MultiHotEmbeddings`` does
+    (test_torch_embeddings.py)."""
+    fused, off = _pair("adagrad", [5, 20, 3], pooled=True, pooling=pooling)
+    for step in range(3):
+        feats = _batch(200 + step)
+        g = torch.Generator().manual_seed(step)
+        lists = torch.randint(0, CARDS[1], (feats["t0"].numel(), 4), generator=g)
+        feats["t1"] = lists.masked_fill(torch.rand(lists.shape, generator=g) < 0.3, 0)
+        outs = _train_step((fused, off), feats, step, "cpu")
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=1e-6)
+        _assert_same(fused, off, "adagrad", f"after step {step}")
+
+
 def test_hot_rows_for_budget():
     assert bytes_per_row(8, "sgd") == 32 and bytes_per_row(8, "adagrad") == 36 and bytes_per_row(8, "adam") == 96
     # 100 rows of 32 bytes over tables of 10, 1000, 1000: the small table whole, 45 + 45 the rest

@@ -28,8 +28,9 @@ pooling scales included; only rows looked up in the batch are touched; padding r
 Scheduling: ``lr``, ``eps``, ``betas`` are plain attributes read at each backward; set them
 between steps, e.g. ``coll.lr = base_lr * scheduler.get_last_lr()[0] / dense_base_lr``. The
 update happens *inside* ``loss.backward()``: one backward per forward (no gradient
-accumulation over several backwards; ``retain_graph`` + a second backward would update
-twice), and ``step`` counts the updates (it is saved in the state dict for Adam's bias
+accumulation over several backwards; a second backward through the same lookups, with
+``retain_graph=True``, raises a RuntimeError rather than apply the update twice), and ``step``
+counts the updates (it is saved in the state dict for Adam's bias
 correction).
 
 State dict: the weight, the optimizer states, ``step`` and the tables' layout (each table's
@@ -125,8 +126,10 @@ class FusedEmbeddingCollection(TableBatchedCollection):
     ``nn.EmbeddingBag``); a single-hot lookup of it returns the row as it is (zeros).
 
     ``forward(features)`` takes the loader's feature dict: single-hot features as ``(B,)``
-    int tensors, list features as ``(values, offsets)`` with ``B + 1`` offsets (pooled with
-    the table's ``pooling``). Columns of the dict that no table names are ignored.
+    int tensors, list features as ``(values, offsets)`` with ``B + 1`` offsets or padded to a
+    fixed length as ``(B, L)`` ids (the loader's ``lists=``; its padding ids left out, as
+    ``MultiHotEmbeddings`` does), pooled with the table's ``pooling``. Columns of the dict that
+    no table names are ignored.
 
     Example:
         >>> import torch

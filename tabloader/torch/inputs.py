@@ -2,7 +2,7 @@
 
 A batch from :class:`tabloader.torch.Loader` holds an int ``(B,)`` tensor per single-hot
 categorical column and a ``(values, offsets)`` pair (offsets of length ``B + 1``) per list
-column. Every embedding layer takes its ids from there through these functions, so that a bad
+column, or ``(B, L)`` ids for a list column padded to a fixed length (``lists=``). Every embedding layer takes its ids from there through these functions, so that a bad
 batch gives the same error, naming the feature and its table, whichever layer reads it.
 
 Example:
@@ -20,7 +20,7 @@ import torch
 
 from tabloader.torch.config import EmbeddingConfig
 
-__all__ = ["get_feature", "split_feature", "check_id_dtype", "check_index_range", "check_id_bounds",
+__all__ = ["get_feature", "split_feature", "padded_bags", "check_id_dtype", "check_index_range", "check_id_bounds",
            "check_offsets"]
 
 
@@ -35,7 +35,9 @@ def get_feature(features: Mapping[str, Any], name: str, table: str) -> Any:
 
 
 def split_feature(value: Any, name: str, table: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(ids, None)`` for a single-hot tensor, ``(values, offsets)`` for a list feature; dtypes checked."""
+    """``(ids, None)`` for a single-hot tensor, ``(values, offsets)`` for a list feature -- given as
+    that pair, or padded to a fixed length as ``(B, L)`` ids (the loader's ``lists={"col": L}``;
+    see :func:`padded_bags`); dtypes checked."""
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"feature {name!r}: a list feature must be a (values, offsets) pair, got {len(value)} items")
@@ -53,9 +55,28 @@ def split_feature(value: Any, name: str, table: str) -> tuple[torch.Tensor, torc
     check_id_dtype(value, name, table, "ids")
     if value.dim() == 2 and value.shape[1] == 1:
         value = value[:, 0]
+    if value.dim() == 2:
+        return padded_bags(value)
     if value.dim() != 1:
-        raise ValueError(f"feature {name!r}: single-hot ids must have shape (batch,), got {tuple(value.shape)}")
+        raise ValueError(f"feature {name!r}: ids must have shape (batch,) (single-hot) or (batch, length) (lists "
+                         f"padded to a fixed length), got {tuple(value.shape)}")
     return value, None
+
+
+def padded_bags(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A list column padded to a fixed length, ``(B, L)`` ids, as ``(values, offsets)``: bag ``b``
+    is row ``b``, whose padding ids the pooling leaves out (as ``nn.EmbeddingBag`` does with 2-D
+    input). Shapes depend on ``B`` and ``L`` alone, and nothing is read back from the device, so a
+    CUDA graph captures it.
+
+    Example:
+        >>> values, offsets = padded_bags(torch.tensor([[3, 5, 0], [0, 0, 7]]))
+        >>> values.tolist(), offsets.tolist()
+        ([3, 5, 0, 0, 0, 7], [0, 3, 6])
+    """
+    batch, length = ids.shape
+    offsets = torch.arange(batch + 1, dtype=torch.int64, device=ids.device) * length
+    return ids.reshape(-1), offsets
 
 
 def check_id_dtype(t: Any, name: str, table: str, what: str) -> None:

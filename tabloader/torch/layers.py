@@ -135,7 +135,8 @@ class ConcatenatedEmbeddings(_PerTableParameters, nn.Module):
 
     ``forward(features)`` takes the loader's feature dict (extra columns are ignored) and
     returns ``(B, output_dim)`` in the order of the configs and their features. A list feature
-    given as ``(values, offsets)`` is pooled with its table's ``pooling``.
+    given as ``(values, offsets)`` or as padded ``(B, L)`` ids is pooled with its table's
+    ``pooling`` (padding ids left out).
 
     ``table(name)`` is the ``nn.Embedding`` of a table. Table names may hold any character:
     the ``embeddings`` ModuleDict (and so the ``state_dict`` keys) uses ``module_names[name]``,
