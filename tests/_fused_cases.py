@@ -15,6 +15,7 @@ check against ``nn.Embedding`` + ``torch.optim``) and, directly, ``nn.Embedding`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -421,6 +422,43 @@ def case_offloaded_update(device, size):
             for key in states[optimizer]:
                 _close(off.table_state(cfg.name, key), getattr(ref, key)[rows], f"{what} {cfg.name} {key}",
                        rtol=1e-4, atol=1e-7, order=order.of(key)[rows])
+
+
+def case_weights_gradient(device, size):
+    """Per-value weights of a keyed jagged batch that require grad: the gradient the Triton
+    collections give them (the fused one, and the offloaded one staged and with direct access)
+    == the reference's (itself checked against ``F.embedding_bag(per_sample_weights=...)`` in
+    tests/test_torch_jagged.py), while the update runs in the same backward."""
+    torch = _torch()
+    from tabloader.torch.fused import FusedEmbeddingCollection
+    from tabloader.torch.jagged import keyed_jagged
+    from tabloader.torch.offload import OffloadedEmbeddingCollection
+
+    s = SIZES[size]
+    torch.manual_seed(0)
+    ref = FusedEmbeddingCollection(_configs(size, True, "mean"), optimizer="adagrad", lr=0.05, backend="reference",
+                                   device=device, chunk_size=s["chunk"])
+    colls = {"reference": ref}
+    colls["triton"] = FusedEmbeddingCollection(_configs(size, True, "mean"), optimizer="adagrad", lr=0.05,
+                                               backend="triton", device=device, chunk_size=s["chunk"])
+    colls["triton"].load_state_dict(ref.state_dict())
+    for cold_access in ("staged", "direct"):
+        colls[cold_access] = OffloadedEmbeddingCollection(
+            _configs(size, True, "mean"), hot_rows=0.3, optimizer="adagrad", lr=0.05, backend="triton",
+            device=device, chunk_size=s["chunk"], cold_access=cold_access).load_from_fused(ref)
+    feats = _batch(size, device, 60, pooled=True)
+    batch = keyed_jagged(feats, ref.features, as_torchrec=False)
+    weights = torch.rand(batch.values.numel(), generator=torch.Generator().manual_seed(61)).to(device) - 0.25
+    grads = {}
+    for name, coll in colls.items():
+        w = weights.clone().requires_grad_(True)
+        out = coll(dataclasses.replace(batch, weights=w))
+        up = torch.randn(out.shape, generator=torch.Generator().manual_seed(62)).to(device)
+        (out * up).sum().backward()
+        grads[name] = w.grad
+    assert grads["reference"].abs().sum() > 0
+    for name in ("triton", "staged", "direct"):
+        _close(grads[name], grads["reference"], f"{name} weights gradient", rtol=1e-4, atol=1e-5)
 
 
 def case_deterministic(device, size):

@@ -314,3 +314,80 @@ def test_an_empty_keyed_batch_in_the_collection_s_own_order_gives_no_rows(valida
     assert out.shape == (0, 8)
     out.sum().backward()
     assert torch.equal(coll.weight, before)
+
+
+WEIGHTED_CONFIGS = [EmbeddingConfig("a", 6, 4, pooling="mean"), EmbeddingConfig("b", 7, 4)]
+# 3 rows: a padding id (0) inside a bag, a bag of padding only, an empty bag, weights of any sign and 0
+WEIGHTED_LISTS = {"a": [[1, 2, 0], [3], [0]], "b": [[4, 4, 6], [], [5]]}
+WEIGHTED_VALUES = {"a": [[0.2, 0.3, 0.7], [0.5], [0.4]], "b": [[2.0, -1.0, 0.5], [], [0.0]]}
+
+
+def _weights_batch():
+    """The keyed jagged batch of WEIGHTED_LISTS, with its weights as a leaf that requires grad."""
+    keys = list(WEIGHTED_LISTS)
+    values = [v for k in keys for row in WEIGHTED_LISTS[k] for v in row]
+    lengths = [len(row) for k in keys for row in WEIGHTED_LISTS[k]]
+    weights = torch.tensor([w for k in keys for row in WEIGHTED_VALUES[k] for w in row], requires_grad=True)
+    offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]))
+    return KeyedJaggedBatch(keys, torch.tensor(values), torch.tensor(lengths), offsets, weights, stride=3)
+
+
+def weighted_pooled_by_hand(tables, batch):
+    """(B, F * D): per bag, the sum of its non-padding values' rows times their weights (mean: divided
+    by the sum of those weights, by 1 where it is 0), written out value by value: differentiable in
+    the batch's weights."""
+    out = []
+    for b in range(batch.stride):
+        row = []
+        for k, cfg in enumerate(WEIGHTED_CONFIGS):
+            lo, hi = int(batch.offsets[k * batch.stride + b]), int(batch.offsets[k * batch.stride + b + 1])
+            total, weight = torch.zeros(cfg.embedding_dim), torch.zeros(())
+            for j in range(lo, hi):
+                if int(batch.values[j]) != cfg.padding_idx:
+                    total = total + batch.weights[j] * tables[cfg.name][int(batch.values[j])]
+                    weight = weight + batch.weights[j]
+            row.append(total / weight if cfg.pooling == "mean" and weight != 0 else total)
+        out.append(torch.cat(row))
+    return torch.stack(out)
+
+
+def _weights_collection(kind, trains):
+    torch.manual_seed(0)
+    kw = dict(optimizer="sgd", lr=0.5, backend="reference")
+    if kind == "fused":
+        coll = tlt.FusedEmbeddingCollection(WEIGHTED_CONFIGS, **kw)
+    else:
+        coll = tlt.OffloadedEmbeddingCollection(WEIGHTED_CONFIGS, hot_rows=[2, 5], device="cpu", cold_access=kind,
+                                                **kw)
+    coll.requires_grad_(trains)
+    return coll
+
+
+@pytest.mark.parametrize("trains", [True, False])
+@pytest.mark.parametrize("kind", ["fused", "staged", "direct"])
+def test_per_value_weights_that_require_grad_get_their_gradient(kind, trains):
+    """Weights of a keyed jagged batch that require grad (made by a learned module) get the
+    gradient of the pooled output: ``<grad of the bag, the value's row>`` for sum pooling (as
+    ``F.embedding_bag(per_sample_weights=...)`` gives it), through the division by the bag's weight
+    for mean pooling, 0 for padding values -- from the rows as the forward read them, though the
+    update in the backward moves them (``trains``; a frozen collection only looks up)."""
+    coll = _weights_collection(kind, trains)
+    before = {c.name: coll.table_weight(c.name).clone() for c in WEIGHTED_CONFIGS}
+    batch, oracle = _weights_batch(), _weights_batch()
+    out = coll(batch)
+    expected = weighted_pooled_by_hand(before, oracle)
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    (out * grad).sum().backward()
+    (expected * grad).sum().backward()
+    torch.testing.assert_close(batch.weights.grad, oracle.weights.grad)
+    assert batch.weights.grad[2].item() == 0 and batch.weights.grad[4].item() == 0  # padding values
+    assert (coll.table_weight("b") != before["b"]).any() == trains
+
+    # the sum-pooled key against torch's own embedding_bag gradient
+    b_values, b_offsets = batch["b"]
+    b_weights = _weights_batch().weights[5:].detach().requires_grad_(True)
+    bag = torch.nn.functional.embedding_bag(b_values, before["b"], b_offsets, mode="sum", per_sample_weights=b_weights,
+                                            include_last_offset=True, padding_idx=0)
+    (bag * grad[:, 4:]).sum().backward()
+    torch.testing.assert_close(batch.weights.grad[5:], b_weights.grad)

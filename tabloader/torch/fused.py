@@ -68,6 +68,7 @@ from tabloader.torch.table_batched import (  # noqa: F401 -- importable from her
     MAX_DIM,
     STATE_NAMES,
     TableBatchedCollection,
+    entries_plan,
     int64_tensor,
     output_dtype,
     shape_output,
@@ -129,7 +130,10 @@ class FusedEmbeddingCollection(TableBatchedCollection):
     int tensors, list features as ``(values, offsets)`` with ``B + 1`` offsets or padded to a
     fixed length as ``(B, L)`` ids (the loader's ``lists=``; its padding ids left out, as
     ``MultiHotEmbeddings`` does), pooled with the table's ``pooling``. Columns of the dict that
-    no table names are ignored.
+    no table names are ignored. A keyed jagged batch (:mod:`tabloader.torch.jagged`) may carry
+    per-value weights, which scale their rows; weights that require grad get their gradient
+    (``<grad of the bag, the value's row>``, through the mean's division), from the rows the
+    forward read (kept until the backward: values x D floats).
 
     Example:
         >>> import torch
@@ -198,6 +202,9 @@ class FusedEmbeddingCollection(TableBatchedCollection):
     def _lookup(self, plan: LookupPlan, dtype: torch.dtype) -> torch.Tensor:
         weight = self.weight.detach()
         return dispatch.lookup(self._kernels_for(weight.device), weight, plan, dtype)
+
+    def _entry_rows(self, plan: LookupPlan) -> torch.Tensor:
+        return self._lookup(entries_plan(plan), torch.float32)
 
     def _update(self, plan: LookupPlan, grad: torch.Tensor) -> None:
         states = [getattr(self, name) for name in STATE_NAMES[self.optimizer]] + [None, None]

@@ -83,7 +83,13 @@ from tabloader.torch.config import EmbeddingConfig, init_embedding_
 from tabloader.torch.fused import FusedEmbeddingCollection
 from tabloader.torch.hot_rows import bytes_per_row, hot_rows_for_budget, resolve_hot_rows
 from tabloader.torch.reference import ColdRows, LookupPlan
-from tabloader.torch.table_batched import ALL_STATE_NAMES, STATE_NAMES, TableBatchedCollection, int64_tensor
+from tabloader.torch.table_batched import (
+    ALL_STATE_NAMES,
+    STATE_NAMES,
+    TableBatchedCollection,
+    entries_plan,
+    int64_tensor,
+)
 
 __all__ = ["OffloadedEmbeddingCollection", "hot_rows_for_budget", "bytes_per_row", "COLD_ACCESS"]
 
@@ -118,10 +124,13 @@ class _Prefetch:
 
 
 class _Split:
-    """A batch's lookups split into the hot part and the cold part (sub-plans on local rows)."""
+    """A batch's lookups split into the hot part and the cold part (sub-plans on local rows), and
+    the positions of each part's lookups in the batch's plan."""
 
-    def __init__(self, plan: LookupPlan, hot: LookupPlan, cold: LookupPlan, staged: _Staged | None) -> None:
+    def __init__(self, plan: LookupPlan, hot: LookupPlan, cold: LookupPlan, staged: _Staged | None,
+                 hot_idx: torch.Tensor, cold_idx: torch.Tensor) -> None:
         self.plan, self.hot, self.cold, self.staged = plan, hot, cold, staged
+        self.hot_idx, self.cold_idx = hot_idx, cold_idx
 
 
 class OffloadedEmbeddingCollection(TableBatchedCollection):
@@ -690,7 +699,7 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             staged = (self._take_prefetched(uniq_host, cold_rows, training)
                       or self._stage(uniq_host, cold_rows, with_state=training))
         cold = LookupPlan(cold_rows, plan.batch, plan.num_features, bag_c, sc_c)
-        return _Split(plan, hot, cold, staged)
+        return _Split(plan, hot, cold, staged, hot_idx, cold_idx)
 
     def _lookup(self, split: _Split | LookupPlan, dtype: torch.dtype) -> torch.Tensor:
         if isinstance(split, LookupPlan):  # direct access
@@ -711,6 +720,14 @@ class OffloadedEmbeddingCollection(TableBatchedCollection):
             for sub, w in parts:
                 out.index_add_(0, sub.bag, w.index_select(0, sub.rows) * sub.scale[:, None])
         return out.to(dtype)
+
+    def _entry_rows(self, split: _Split | LookupPlan) -> torch.Tensor:
+        if isinstance(split, LookupPlan):  # direct access
+            return self._lookup(entries_plan(split), torch.float32)
+        entries = entries_plan(split.plan)  # each lookup its own output row: its position in the plan
+        hot = LookupPlan(split.hot.rows, entries.batch, 1, split.hot_idx)
+        cold = LookupPlan(split.cold.rows, entries.batch, 1, split.cold_idx)
+        return self._lookup(_Split(entries, hot, cold, split.staged, split.hot_idx, split.cold_idx), torch.float32)
 
     def _update(self, split: _Split | LookupPlan, grad: torch.Tensor) -> None:
         hot_states = [h for _, h, _ in self._states()] + [None, None]

@@ -13,13 +13,15 @@ rest in host memory) share:
   is refused: its flat rows would land in the wrong tables);
 * the row layout, and turning a batch into one :class:`~tabloader.torch.reference.LookupPlan`
   over it (with the checks of ids and offsets, one device synchronization);
-* the forward pass, and the autograd function that runs the update in the backward pass;
+* the forward pass, and the autograd function that runs the update in the backward pass (and
+  gives per-value weights that require grad their gradient);
 * updating a set of rows by the Triton kernels or the PyTorch reference
   (:mod:`tabloader.torch.dispatch`).
 
 A subclass decides where the rows live by implementing ``_parameter`` (the parameter autograd
 tracks; its device is the collection's), ``_prepare(plan, training)`` (what its lookup and update
-need for a batch), ``_lookup(prepared, dtype)`` (the ``(B * F, D)`` lookups) and
+need for a batch), ``_lookup(prepared, dtype)`` (the ``(B * F, D)`` lookups),
+``_entry_rows(prepared)`` (the row each lookup reads, for the weights' gradient) and
 ``_update(prepared, grad)`` (the in-place update; the step is already counted); it adds its own
 layout buffers to ``_layout_buffers()`` and calls ``_register_layout(device)`` once its layout is
 set. Its ``reset_parameters()`` initializes the tables and starts the optimizer state and the
@@ -36,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -47,7 +50,8 @@ from tabloader.torch.inputs import check_id_bounds, get_feature, split_feature
 from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts, select_keys
 from tabloader.torch.reference import OPTIMIZERS, ColdRows, LookupPlan
 
-__all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output", "int64_tensor"]
+__all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output", "int64_tensor",
+           "entries_plan"]
 
 MAX_DIM = 1024  # the widest row the kernels hold in registers (one row per program)
 MAX_TOTAL_ROWS = 2 ** 62  # flat row ids (table offset + id) stay far from int64 overflow
@@ -470,13 +474,26 @@ class TableBatchedCollection(nn.Module):
         plan = self.plan(features)
         parameter = self._parameter
         training = torch.is_grad_enabled() and parameter.requires_grad
+        # per-value weights that need a gradient: the lookups' scales, a function of them, are an input
+        # of the lookup (the kernels get them detached)
+        scale = plan.scale if torch.is_grad_enabled() and plan.scale is not None and plan.scale.requires_grad else None
+        if scale is not None:
+            plan = dataclasses.replace(plan, scale=scale.detach())
         prepared = self._prepare(plan, training)
         dtype = output_dtype(self.dtype, parameter.device)
-        if training:
-            out = _UpdateInBackward.apply(parameter, self, prepared, dtype)
+        if training or scale is not None:
+            entries = None
+            if scale is not None:
+                with torch.no_grad():
+                    entries = (plan.bag, self._entry_rows(prepared))
+            out = _LookupWithGradients.apply(parameter, scale, self, prepared, dtype, training, entries)
         else:
             out = self._lookup(prepared, dtype)
         return shape_output(out, self, plan)
+
+    def _entry_rows(self, prepared: Any) -> torch.Tensor:
+        """The fp32 row each lookup of the plan reads, ``(entries, D)`` (for the scales' gradient)."""
+        raise NotImplementedError
 
     @torch.no_grad()
     def _backward(self, prepared: Any, grad: torch.Tensor) -> None:
@@ -507,6 +524,11 @@ class TableBatchedCollection(nn.Module):
                         chunk_size=self.chunk_size, cold=cold, **device_hyper)
 
 
+def entries_plan(plan: LookupPlan) -> LookupPlan:
+    """The single-hot plan reading every entry of ``plan`` into an output row of its own."""
+    return LookupPlan(plan.rows, plan.rows.numel(), 1)
+
+
 def int64_tensor(values: Sequence[int]) -> torch.Tensor:
     """``values`` as an int64 host tensor (a layout buffer)."""
     return torch.tensor(list(values), dtype=torch.int64)
@@ -534,24 +556,34 @@ def _key_of_values(offsets: torch.Tensor, n_keys: int, batch_size: int, n: int) 
     return marks[:n].cumsum(0).clamp_(max=n_keys - 1)
 
 
-class _UpdateInBackward(torch.autograd.Function):
-    """Forward: the collection's lookup. Backward: its update, in place; no gradient is returned."""
+class _LookupWithGradients(torch.autograd.Function):
+    """Forward: the collection's lookup. Backward: its update, in place (``updates``; no gradient is
+    returned for the rows), and the gradient of the lookups' scales when they need one (per-value
+    weights that require grad): ``<grad of the entry's bag, the entry's row>``, from ``entries``,
+    the plan's bags and the rows read (kept from the forward: the backward's update changes them)."""
 
     @staticmethod
-    def forward(ctx: Any, parameter: torch.Tensor, module: TableBatchedCollection, prepared: Any,
-                dtype: torch.dtype) -> torch.Tensor:
+    def forward(ctx: Any, parameter: torch.Tensor, scale: torch.Tensor | None, module: TableBatchedCollection,
+                prepared: Any, dtype: torch.dtype, updates: bool,
+                entries: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         ctx.module, ctx.prepared, ctx.owner = module, prepared, type(module).__name__
+        ctx.updates, ctx.entries = updates, entries
         return module._lookup(prepared, dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
-        module, prepared = ctx.module, ctx.prepared
-        if module is None:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        if ctx.updates and ctx.module is None:
             raise RuntimeError(f"{ctx.owner}: a second backward through the same lookup "
                                "would apply the update twice")
-        ctx.module = ctx.prepared = None
-        module._backward(prepared, grad)
-        return None, None, None, None
+        grad_scale = None
+        if ctx.entries is not None:
+            bag, rows = ctx.entries
+            grad_scale = (grad.float().index_select(0, bag) * rows).sum(1)
+        if ctx.updates:
+            module, prepared = ctx.module, ctx.prepared
+            ctx.module = ctx.prepared = ctx.entries = None
+            module._backward(prepared, grad)
+        return None, grad_scale, None, None, None, None, None
 
 
 def output_dtype(dtype: torch.dtype | None, device: torch.device) -> torch.dtype:
