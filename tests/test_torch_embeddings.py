@@ -4,6 +4,7 @@ in test_torch_kernels.py.)"""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -630,6 +631,60 @@ def test_a_second_backward_through_the_same_lookups_is_refused_not_applied_twice
         loss.backward()
     torch.testing.assert_close(coll.table_weight("t")[1], before - 1.0)
     assert coll.step == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setup", ["excluded", "outside"])
+def test_under_ddp_each_rank_trains_its_own_shard_in_the_documented_setups(tmp_path, setup):
+    """docs/scale.md's two setups for the collections under DistributedDataParallel, in 2 gloo
+    processes: ``exclude_from_ddp(model)`` before wrapping, or the collections outside the
+    wrapped module. Each rank keeps its own rows when DDP wraps the model (DDP broadcasts rank
+    0's parameters) and its own optimizer state at each forward (DDP broadcasts rank 0's buffers),
+    and its fused and offloaded shards train exactly as a replay of the same steps without DDP
+    (tests/ddp_embeddings_train.py); the head stays synchronized."""
+    import json
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+           "PYTHONPATH": os.path.dirname(here), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, os.path.join(here, "ddp_embeddings_train.py"), setup, str(tmp_path)],
+                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in range(2)]
+    try:
+        logs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), logs
+    results = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    for rank, result in enumerate(results):
+        assert result["kept"], f"rank {rank}: DDP replaced its shard when wrapping"
+        assert result["changed"] and result["trained_as_replay"], f"rank {rank}: its shard did not train on its own"
+    assert results[0]["head"] == results[1]["head"]
+
+
+def test_exclude_from_ddp_names_every_parameter_and_buffer_of_the_collections_only():
+    """The names DDP reads (``_ddp_params_and_buffers_to_ignore``, fully qualified): every
+    parameter and buffer of each collection in the model, after the names already there; the
+    head's are not among them; a model without a collection is refused."""
+    from tabloader.torch import OffloadedEmbeddingCollection, exclude_from_ddp
+
+    model = torch.nn.ModuleDict({"emb": FusedEmbeddingCollection(CFGS, optimizer="adam"), "head": torch.nn.Linear(2, 1),
+                                 "cold": OffloadedEmbeddingCollection(CFGS, hot_rows=3, optimizer="adagrad")})
+    model._ddp_params_and_buffers_to_ignore = ["head.bias"]
+    added = exclude_from_ddp(model)
+    expected = [f"{prefix}.{name}" for prefix in ("emb", "cold")
+                for name, _ in [*model[prefix].named_parameters(), *model[prefix].named_buffers()]]
+    assert sorted(added) == sorted(expected) and model._ddp_params_and_buffers_to_ignore == ["head.bias", *added]
+    assert {"emb.weight", "emb.exp_avg", "emb.exp_avg_sq", "cold.hot_weight", "cold.hot_state_sum"} <= set(added)
+    assert not any(name.startswith("head") for name in added)
+    with pytest.raises(ValueError, match="Linear holds no FusedEmbeddingCollection"):
+        exclude_from_ddp(torch.nn.Linear(2, 1))
 
 
 def test_fused_lr_is_schedulable():

@@ -24,6 +24,7 @@ from tabloader.torch.layers import (
 from tabloader.torch.jagged import KeyedJaggedBatch, keyed_jagged
 from tabloader.torch.loader import Loader
 from tabloader.torch.offload import OffloadedEmbeddingCollection, bytes_per_row, hot_rows_for_budget
+from tabloader.torch.table_batched import exclude_from_ddp
 
 __all__ = [
     "Loader",
@@ -36,6 +37,7 @@ __all__ = [
     "MultiHotEmbeddings",
     "FusedEmbeddingCollection",
     "OffloadedEmbeddingCollection",
+    "exclude_from_ddp",
     "hot_rows_for_budget",
     "bytes_per_row",
 ]

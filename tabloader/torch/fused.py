@@ -38,6 +38,11 @@ name, ``num_embeddings``, ``embedding_dim`` and ``padding_idx``, in config order
 with another layout refuses it with a ValueError naming both, before any row is copied (the flat
 rows would land in other tables, even where the total of rows agrees).
 
+DistributedDataParallel: the update applies to each rank's own rows, which DDP must leave alone
+(it would overwrite them, and the optimizer state, with rank 0's): keep the collection outside
+the wrapped module, or call :func:`~tabloader.torch.table_batched.exclude_from_ddp` on the model
+before wrapping it (docs/scale.md).
+
 CUDA graphs: with ``capturable=True`` (and ``validate_indices=False``) nothing in a training
 step reads a value back from the device or bakes a per-step value into a launch, so the whole
 step -- forward, ``loss.backward()`` with the fused update, the dense optimizer's step -- can be

@@ -51,7 +51,7 @@ from tabloader.torch.jagged import is_keyed_jagged, jagged_feature, jagged_parts
 from tabloader.torch.reference import OPTIMIZERS, ColdRows, LookupPlan
 
 __all__ = ["TableBatchedCollection", "STATE_NAMES", "MAX_DIM", "output_dtype", "shape_output", "int64_tensor",
-           "entries_plan"]
+           "entries_plan", "exclude_from_ddp"]
 
 MAX_DIM = 1024  # the widest row the kernels hold in registers (one row per program)
 MAX_TOTAL_ROWS = 2 ** 62  # flat row ids (table offset + id) stay far from int64 overflow
@@ -522,6 +522,41 @@ class TableBatchedCollection(nn.Module):
         dispatch.update(self._kernels_for(weight.device), weight, state1, state2, plan, grad, padding_rows,
                         optimizer=self.optimizer, lr=self._lr, eps=self.eps, betas=self.betas, step=self._step,
                         chunk_size=self.chunk_size, cold=cold, **device_hyper)
+
+
+def exclude_from_ddp(model: nn.Module) -> list[str]:
+    """Make ``DistributedDataParallel(model)`` leave ``model``'s table-batched collections alone.
+
+    A collection updates its rows inside each rank's backward, so DDP must not synchronize it:
+    left to itself, DDP overwrites every rank's rows with rank 0's when it wraps the model, and
+    every rank's optimizer state with rank 0's at each forward (``broadcast_buffers``). This
+    names every parameter and buffer of the collections in ``model`` in
+    ``model._ddp_params_and_buffers_to_ignore`` (PyTorch's way to exclude them from DDP's
+    broadcasts and all-reduces; the names already there are kept), so that each rank trains its
+    own rows. Call it before wrapping; returns the names added. (The other way: keep the
+    collection outside the module DDP wraps.)
+
+    Example:
+        >>> from tabloader.torch.config import EmbeddingConfig
+        >>> from tabloader.torch.fused import FusedEmbeddingCollection
+        >>> model = nn.Sequential(FusedEmbeddingCollection([EmbeddingConfig("a", 10, 4)], optimizer="adagrad"),
+        ...                       nn.Linear(4, 1))
+        >>> names = exclude_from_ddp(model)   # then DistributedDataParallel(model)
+        >>> [n for n in names if not n.startswith("0._")], model._ddp_params_and_buffers_to_ignore == names
+        (['0.weight', '0.state_sum'], True)
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    names = [f"{prefix}.{name}" if prefix else name
+             for prefix, module in model.named_modules() if isinstance(module, TableBatchedCollection)
+             for name, _ in [*module.named_parameters(), *module.named_buffers()]]
+    if not names:
+        raise ValueError(f"exclude_from_ddp: {type(model).__name__} holds no FusedEmbeddingCollection or "
+                         "OffloadedEmbeddingCollection")
+    ignored = list(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
+    added = [name for name in names if name not in ignored]
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored + added)
+    return added
 
 
 def entries_plan(plan: LookupPlan) -> LookupPlan:
