@@ -4,7 +4,6 @@ in test_torch_kernels.py.)"""
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
@@ -643,24 +642,10 @@ def test_under_ddp_each_rank_trains_its_own_shard_in_the_documented_setups(tmp_p
     and its fused and offloaded shards train exactly as a replay of the same steps without DDP
     (tests/ddp_embeddings_train.py); the head stays synchronized."""
     import json
-    import socket
-    import subprocess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
-           "PYTHONPATH": os.path.dirname(here), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, os.path.join(here, "ddp_embeddings_train.py"), setup, str(tmp_path)],
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(2)]
-    try:
-        logs = [p.communicate(timeout=120)[0].decode() for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), logs
+    from _gloo import run_two_ranks
+
+    run_two_ranks("ddp_embeddings_train.py", setup, str(tmp_path))
     results = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
     for rank, result in enumerate(results):
         assert result["kept"], f"rank {rank}: DDP replaced its shard when wrapping"

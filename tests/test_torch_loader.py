@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 import tabloader as tl  # noqa: E402
 import tabloader.torch  # noqa: E402,F401
+from _gloo import run_two_ranks  # noqa: E402
 from test_loader import (ROW_BYTES, abandon_an_epoch, freed_with_its_threads, threads_since,  # noqa: E402
                          write_dataset)
 
@@ -176,6 +176,7 @@ def test_the_rank_or_size_not_given_comes_from_the_process_group(tmp_path, data)
     finally:
         dist.destroy_process_group()
 
+
 @pytest.mark.slow
 def test_ddp_two_processes_gloo(tmp_path):
     rows = 1000 + 37  # uneven over 2 ranks and many partitions
@@ -185,22 +186,9 @@ def test_ddp_two_processes_gloo(tmp_path):
     for i, part in enumerate(np.array_split(np.arange(rows), 3)):
         pq.write_table(pa.Table.from_pandas(df.iloc[part], preserve_index=False), tmp_path / "d" / f"p{i}.parquet",
                        row_group_size=100)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "out"
     os.makedirs(out)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
-           "PYTHONPATH": os.path.dirname(HERE), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "ddp_loader_train.py"), str(tmp_path / "d"), str(out)],
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(2)]
-    try:
-        logs = [p.communicate(timeout=120)[0].decode() for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), logs
+    run_two_ranks("ddp_loader_train.py", str(tmp_path / "d"), str(out))
     results = [json.load(open(out / f"rank{r}.json")) for r in range(2)]
     assert results[0]["steps"] == results[1]["steps"] == results[0]["len"] == -(-519 // 64)
     ids0, ids1 = set(results[0]["ids"]), set(results[1]["ids"])

@@ -43,7 +43,7 @@ import re
 from typing import Any, Sequence
 
 from tabloader.dataset.files import FileSet
-from tabloader.dataset.parquet_layout import FIELD_ID
+from tabloader.dataset.parquet_layout import FIELD_ID, offset_width_free
 from tabloader.dataset.table_formats import inside_folder
 from tabloader.filesystems import filesystem, is_local
 
@@ -229,21 +229,8 @@ def _arrow_schema(schema: Any) -> Any:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     # nullable as every column tabloader reads from parquet (which columns hold nulls is read from the footers)
-    return pa.schema([pa.field(f.name, _regular(f.type), metadata={FIELD_ID: str(i.field_id).encode()})
+    return pa.schema([pa.field(f.name, offset_width_free(f.type), metadata={FIELD_ID: str(i.field_id).encode()})
                       for f, i in zip(schema_to_pyarrow(schema), schema.fields)])
-
-
-def _regular(arrow_type: Any) -> Any:
-    """``arrow_type`` with large strings, binaries and lists (pyiceberg's) as the regular ones."""
-    import pyarrow as pa
-
-    if pa.types.is_large_string(arrow_type):
-        return pa.string()
-    if pa.types.is_large_binary(arrow_type):
-        return pa.binary()
-    if pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type):
-        return pa.list_(arrow_type.value_field.with_type(_regular(arrow_type.value_type)))
-    return arrow_type
 
 
 class _FolderIO:
