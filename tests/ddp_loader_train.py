@@ -15,6 +15,8 @@ import torch.distributed as dist
 import tabloader as tl
 import tabloader.torch  # noqa: F401
 
+from _gloo import exit_rank
+
 
 def main(data: str, out: str) -> None:
     dist.init_process_group("gloo", init_method="env://")
@@ -41,10 +43,4 @@ def main(data: str, out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
-    # The result is on disk and the process group destroyed. Skip the C++ static destructors:
-    # once in a while one of them met a still-joinable thread of torch.distributed's
-    # (std::terminate, "terminate called without an active exception") and failed a rank
-    # that had done its work.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_rank()  # the result is on disk and the process group destroyed
