@@ -172,15 +172,38 @@ def _filter_argument(command: argparse.ArgumentParser) -> None:
     command.add_argument("--filter", nargs=3, action="append", default=None, metavar=("KEY", "OP", "VALUE"),
                          dest="filters", help="read only the files whose hive key KEY (a key=value folder) passes OP "
                          "VALUE, e.g. --filter dt '>=' 2024-12-01 (ops: == != < <= > >= in 'not in'; in takes "
-                         "VALUE,VALUE,...); repeated: all must hold")
+                         "VALUE,VALUE,...); repeated: all must hold. A key typed as text (month=07) compares "
+                         "with values as its folders spell them")
+    command.add_argument("--partition-type", nargs=2, action="append", default=None, metavar=("KEY", "TYPE"),
+                         dest="partition_types", help="the type of a hive key instead of the one inferred from its "
+                         "folders (string, int32, int64, float64, date32, timestamp[us], bool); repeatable")
 
 
 def filters_of(args: argparse.Namespace) -> list | None:
     """The ``--filter KEY OP VALUE`` options as ``Dataset(filters=...)`` takes them (values as
-    text: the key's type reads them; ``in`` lists split at commas)."""
+    text: the key's type reads them; ``in`` lists split at commas). A number spelled plainly is a
+    number for an ordering (``<`` ...), so that a key typed as text refuses it rather than compare
+    ``"10" < "7"`` as text; ``07`` stays the folder's text."""
     if not args.filters:
         return None
-    return [(key, op, value.split(",") if op in ("in", "not in") else value) for key, op, value in args.filters]
+    return [(key, op, value.split(",") if op in ("in", "not in") else
+             _plain_number(value) if op in ("<", "<=", ">", ">=") else value) for key, op, value in args.filters]
+
+
+def _plain_number(text: str) -> Any:
+    """``text`` as an int or float where it is one's own spelling (``7``, ``-2``, ``0.5``), else text."""
+    for kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            continue
+        return number if str(number) == text else text
+    return text
+
+
+def partition_types_of(args: argparse.Namespace) -> dict[str, str] | None:
+    """The ``--partition-type KEY TYPE`` options as ``Dataset(partition_types=...)`` takes them."""
+    return dict(args.partition_types) if args.partition_types else None
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -189,7 +212,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-    dataset = Dataset(args.data, filters=filters_of(args))
+    dataset = Dataset(args.data, filters=filters_of(args), partition_types=partition_types_of(args))
     workflow = load_workflow_spec(args.spec, dataset.schema)  # a column the data lacks is named here or by fit
     start = time.perf_counter()
     workflow.fit(dataset, progress=not args.quiet)
@@ -205,7 +228,7 @@ def cmd_transform(args: argparse.Namespace) -> None:
     workflow = load_saved_workflow(args.workflow, args.trust)
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-    dataset = Dataset(args.data, filters=filters_of(args))
+    dataset = Dataset(args.data, filters=filters_of(args), partition_types=partition_types_of(args))
     missing = [c for c in workflow.input_columns if c not in dataset.schema]
     if missing:
         raise CommandError(f"the workflow {args.workflow} reads column(s) {missing}, which {args.data} lacks "
@@ -370,6 +393,9 @@ def _in_flags(message: str, flags: dict[str, str]) -> str:
     """A library message as the command's user reads it: ``pass overwrite=True`` -> ``pass
     --overwrite``, ``output_files must be >= 1`` -> ``--output-files must be >= 1``."""
     start = r"(?<![\w\-/\\.])"  # not inside a word, a flag or a path (hive-style dirs are `key=value`)
+    if "partition_types" in flags:  # partition_types={'month': 'int32'} -> --partition-type month int32
+        message = re.sub(rf"{start}partition_types=\{{'([^']+)': '([^']+)'\}}", rf"{flags['partition_types']} \1 \2",
+                         message)
     for keyword, flag in flags.items():
         message = re.sub(rf"{start}{keyword}=True\b", flag, message)
         message = re.sub(rf"{start}{keyword}=", f"{flag} ", message)

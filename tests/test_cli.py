@@ -490,6 +490,23 @@ def test_fit_and_transform_read_the_days_their_filters_keep(tmp_path, capsys):
     assert "filters name 'day', which is not a partition key" in capsys.readouterr().err
 
 
+def test_a_number_filtering_a_text_key_is_refused_saying_the_partition_type_flag(tmp_path, capsys):
+    """month=01..12 is text (leading zeros): ``--filter month '<' 7`` compared "10" < "7" as text
+    and read every month; refused now, naming --partition-type, which types the key."""
+    for month in ("01", "06", "07", "10", "12"):
+        (tmp_path / "raw" / f"month={month}").mkdir(parents=True)
+        pq.write_table(pa.table({"x": [float(month)]}), tmp_path / "raw" / f"month={month}" / "part-0.parquet")
+    (tmp_path / "spec.yaml").write_text("groups:\n  - columns: [x]\n    ops: [Clip: {min_value: 0}]\n")
+    fit = ["fit", str(tmp_path / "spec.yaml"), str(tmp_path / "raw"), str(tmp_path / "wf"), "--quiet",
+           "--filter", "month", "<", "7"]
+    assert cli.main(fit) == 2
+    err = capsys.readouterr().err
+    assert "the key 'month' is text" in err and "--partition-type month int32" in err
+    assert cli.main(fit + ["--partition-type", "month", "int32"]) == 0
+    assert "fitted on 2 rows" in capsys.readouterr().out  # 01 and 06
+    assert cli.main(fit[:4] + ["--quiet", "--filter", "month", "<", "07", "--overwrite"]) == 0  # as the folders spell it
+    assert "fitted on 2 rows" in capsys.readouterr().out
+
 def test_inspect_says_which_string_columns_are_stored_as_codes(tmp_path, capsys):
     ids = np.arange(40_000)
     table = pa.table({"few": pa.array((ids % 50).astype(str)), "unique": pa.array(ids.astype(str)), "x": ids})
