@@ -116,6 +116,9 @@ REFUSED_FILLS = {  # column values (a null among them), a fill value its dtype c
     "a number in strings": (pd.Series(["a", None], dtype=STRING_DTYPE), 0),
     "a finer time than the column's unit": (pd.Series(pd.to_datetime(["2024-01-01", None]).as_unit("s")),
                                             pd.Timestamp("2024-01-01 00:00:00.5")),
+    # numpy integers hold no null, but another partition (or a serving request) of the column may
+    "text in numpy integers": (pd.Series([1, 2]), "unknown"),
+    "a fraction in numpy integers": (pd.Series([1, 2]), 0.5),
 }
 
 

@@ -55,7 +55,7 @@ def _fill(op: Operator, columns: Columns, frame: Any, values: dict[str, Any], fl
             continue
         if backend.is_decimal_dtype(series.dtype) and (_is_real_number(value) or isinstance(value, decimal.Decimal)):
             value = _as_decimal(op, col, series, value)
-        out[col] = _filled_in_its_dtype(op, col, series, value)
+        out[col] = _filled_in_its_dtype(op, col, series, value, check_always=not float_fallback)
     out.update(indicators)
     return backend.frame_from_columns(out, frame.index, like=frame)
 
@@ -99,7 +99,7 @@ def _as_decimal(op: Operator, col: str, series: Any, value: Any) -> decimal.Deci
     return exact
 
 
-def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any:
+def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any, check_always: bool = True) -> Any:
     """``series.fillna(value)``, refused with a TypeError unless ``value`` fits the column's dtype.
 
     pandas would turn the column into objects of mixed types (``"unknown"`` in a float column,
@@ -107,12 +107,14 @@ def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any
     pandas 2 and cuDF fill some such values quietly (1000 wrapped into an Int8 column, ``"5"`` as
     5): those are checked on the host first. A null row of the dtype is filled too, so that a
     partition without nulls is refused as one with them (not for integers, checked on the host
-    whole: on cuDF that fill reads the value's range back from the device).
+    whole: on cuDF that fill reads the value's range back from the device). A column that holds
+    no null (numpy integers, booleans) has nothing to fill: its check is the host's alone, and a
+    fitted statistic (``check_always`` off: FillMedian's fractional median) is not checked there.
     """
     if isinstance(value, (datetime.datetime, datetime.timedelta)):  # cuDF takes pandas' times, not Python's
         value = pd.Timestamp(value) if isinstance(value, datetime.datetime) else pd.Timedelta(value)
     fillable = len(series) and _holds_nulls(series)  # a numpy integer or boolean column has nothing to fill
-    why = _not_held_exactly(series.dtype, value) if fillable else None
+    why = not_held_exactly(series.dtype, value) if len(series) and (fillable or check_always) else None
     if why:
         raise _cannot_fill(op, col, series, value, why)
     null_row = _null_row(series) if fillable and getattr(series.dtype, "kind", "") not in "iu" else None
@@ -126,7 +128,7 @@ def _filled_in_its_dtype(op: Operator, col: str, series: Any, value: Any) -> Any
     return filled[0]
 
 
-def _not_held_exactly(dtype: Any, value: Any) -> str | None:
+def not_held_exactly(dtype: Any, value: Any) -> str | None:
     """Why a numeric, boolean or datetime ``dtype`` cannot hold ``value`` as it is, where pandas 2
     or cuDF would fill it anyway: text in a number column (cuDF parses ``"5"``), an integer
     beyond the dtype's range (1000 wrapped to -24 in an Int8 column), a fraction in an integer

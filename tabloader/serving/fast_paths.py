@@ -24,7 +24,7 @@ from tabloader import backend
 from tabloader.ops import (AddProperties, AddTags, Bucketize, Categorify, Clip, FillMedian, FillMissing, HashBucket,
                            HashedCross, LogOp, Normalize, NormalizeMinMax, Rename)
 from tabloader.ops.categorical_columns import param_for
-from tabloader.ops.fill import FILLED_SUFFIX
+from tabloader.ops.fill import FILLED_SUFFIX, not_held_exactly
 from tabloader.serving.columns import Column, Unsupported, from_arrow_elements, numeric_values
 
 #: A compiled node: its operator's input columns -> its output columns.
@@ -148,8 +148,10 @@ def _filled(col: Column, value: Any, float_fallback: bool) -> Column:
     if dtype.kind == "f":
         fill = _same_float(value, dtype)
         return Column(np.where(np.isnan(values), fill, values))
-    if not col.nullable:
-        return col  # a plain integer or boolean column holds no null: fillna changes nothing
+    if not col.nullable:  # a plain integer or boolean column holds no null: fillna changes nothing,
+        if not float_fallback and not_held_exactly(dtype, value):  # but a value it could not hold is refused
+            raise Unsupported("a fill value the dtype cannot hold")
+        return col
     if float_fallback and dtype.kind in "iu" and not float(value).is_integer():
         return _filled(Column(numeric_values(col)), value, False)  # as FillMedian: float64, then filled
     fill = _same_integer(value, dtype)
