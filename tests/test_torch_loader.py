@@ -142,6 +142,11 @@ def test_a_second_iter_makes_the_first_raise(data):
     with pytest.raises(RuntimeError, match=r"new iter\(loader\)"):
         list(zip(loader, loader))
     assert sum(len(target) for _, target in loader) == 500
+    first = iter(loader)
+    next(first)
+    iter(loader)  # ends the running epoch at once, before its own first batch
+    with pytest.raises(RuntimeError, match=r"new iter\(loader\)"):
+        next(first)
 
 
 def test_bad_arguments_and_random_seed(data):

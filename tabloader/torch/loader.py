@@ -85,13 +85,16 @@ class Loader(torch.utils.data.IterableDataset):
             raise RuntimeError("tabloader.torch.Loader batches and prefetches by itself: use it directly or with "
                                "DataLoader(loader, batch_size=None, num_workers=0); worker processes would each "
                                "yield the whole epoch")
-        for features, target in self.loader.iterate(self._tensor):  # one DLPack import per dtype, not per column
-            if self.output == "dict":
-                yield features, target
-                continue
-            sparse = keyed_jagged(features, self.sparse_keys, self.sparse_weights, check_lengths=False)
-            skip = {*self.sparse_keys, *(self.sparse_weights or {}).values()}
-            yield sparse, {name: value for name, value in features.items() if name not in skip}, target
+        # The epoch starts here, not at the first next(): a new iter(loader) ends the running one at once.
+        batches = self.loader.iterate(self._tensor)  # one DLPack import per dtype, not per column
+        return batches if self.output == "dict" else map(self._keyed, batches)
+
+    def _keyed(self, batch: tuple[dict[str, Any], Any]) -> tuple[Any, dict[str, Any], Any]:
+        """A batch as ``(sparse, dense, target)`` for ``output="jagged"``."""
+        features, target = batch
+        sparse = keyed_jagged(features, self.sparse_keys, self.sparse_weights, check_lengths=False)
+        skip = {*self.sparse_keys, *(self.sparse_weights or {}).values()}
+        return sparse, {name: value for name, value in features.items() if name not in skip}, target
 
     def _tensor(self, array: Any) -> torch.Tensor:
         tensor = torch.from_dlpack(backend.exportable(array))
