@@ -71,7 +71,8 @@ class Loader:
             get disjoint rows and the same number of batches; rows that do not divide evenly are
             padded by repeating rows from the start of the epoch (as DistributedSampler does).
             Without shuffle, rank ``r`` reads rows ``[r * per_rank, (r + 1) * per_rank)`` in
-            dataset order (``per_rank = ceil(rows / global_size)``): the padding comes last.
+            dataset order (``per_rank = ceil(rows / global_size)``): the padding comes last. A
+            ``global_size`` above 1 needs ``global_rank``.
         prefetch: build the next chunk on a background thread, and decode the next partition
             on another one (``TABLOADER_READ_AHEAD=n``: the next ``n`` partitions at once, see
             :func:`~tabloader.loader.reader.read_ahead`).

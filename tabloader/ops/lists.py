@@ -80,7 +80,9 @@ class ListSlice(Operator):
     With ``pad=True`` every output list has exactly the slice's length (``end - start``, or
     ``-start`` for ``ListSlice(-n)``), padded at the end with ``pad_value``; null rows become
     lists of ``pad_value`` there, while without padding they stay null. Elements keep their
-    type. The schema records ``value_count: {"min": n, "max": n}`` for padded outputs.
+    type. The schema records ``value_count: {"min": n, "max": n}`` for padded outputs; without
+    padding, a ``value_count`` the input has (from ValueCount) becomes the sliced lists' (dropped
+    where slicing leaves it unknown: a negative start with a non-negative end).
 
     Args:
         start: first index (negative: from the end).
