@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 import tempfile
 import time
 
@@ -62,6 +63,16 @@ def _spawned_rank(local_rank: int, args: argparse.Namespace, port: int) -> None:
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(args.nproc),
                       LOCAL_WORLD_SIZE=str(args.nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     train(args)
+    _exit_rank()
+
+
+def _exit_rank() -> None:
+    """End a rank whose work is done and whose process group is destroyed, skipping the C++ static
+    destructors: now and then one meets a still-joinable thread of torch.distributed's
+    ("terminate called without an active exception", SIGABRT) and fails a rank that succeeded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:
@@ -164,3 +175,5 @@ def _to(features: dict, device: torch.device) -> dict:
 
 if __name__ == "__main__":
     main()
+    if "RANK" in os.environ:  # a rank started by torchrun
+        _exit_rank()
