@@ -73,9 +73,14 @@ def _statistic_fill(series: Any, value: float) -> tuple[Any, Any]:
     if backend.is_decimal_dtype(series.dtype) or (backend.nullable_integers(series) and not whole):
         return series.astype("float64"), value
     if whole and getattr(series.dtype, "kind", "") in ("i", "u"):
-        info = np.iinfo(np.dtype(getattr(series.dtype, "numpy_dtype", series.dtype)))
+        info = _integer_range(series.dtype)
         return series, min(max(int(value), int(info.min)), int(info.max))
     return series, value
+
+
+def _integer_range(dtype: Any) -> np.iinfo:
+    """The range of an integer dtype: numpy's, pandas' nullable or arrow-backed, or cuDF's."""
+    return np.iinfo(np.dtype(getattr(dtype, "numpy_dtype", dtype)))
 
 
 def _is_float(dtype: Any) -> bool:
@@ -140,7 +145,7 @@ def not_held_exactly(dtype: Any, value: Any) -> str | None:
     if kind and kind in "iu" and _is_real_number(value):
         if not float(value).is_integer():
             return "it is not a whole number"
-        info = np.iinfo(np.dtype(getattr(dtype, "numpy_dtype", dtype)))
+        info = _integer_range(dtype)
         return None if info.min <= int(value) <= info.max else f"it is outside the range of {dtype}"
     if kind and kind in "mM" and isinstance(value, (datetime.datetime, datetime.timedelta, np.datetime64,
                                                    np.timedelta64)):
